@@ -1,0 +1,136 @@
+//! Training events: what the loader and the trainer tell observers.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A phase of one training step, timed between [`Event::PhaseStart`] and [`Event::PhaseEnd`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Waiting for the next batch from the loader.
+    DataWait,
+    /// Copying the batch to the device.
+    HostToDevice,
+    /// The forward pass and the loss.
+    Forward,
+    /// The backward pass.
+    Backward,
+    /// Unscaling, the finiteness check, clipping and the optimizer step.
+    Optimizer,
+    /// A validation pass.
+    Validation,
+}
+
+impl Phase {
+    /// Every phase, in step order.
+    pub const ALL: [Phase; 6] = [
+        Phase::DataWait,
+        Phase::HostToDevice,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::Optimizer,
+        Phase::Validation,
+    ];
+
+    /// A short snake_case name, as used in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::DataWait => "data_wait",
+            Phase::HostToDevice => "host_to_device",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+            Phase::Validation => "validation",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why an optimizer step was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// The unscaled gradients held `inf` or `NaN` (an f16 overflow): the loss scale backs off.
+    NonFiniteGradients,
+}
+
+/// Whether an optimizer step changed the parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum StepOutcome {
+    /// The optimizer updated the parameters (and the LR scheduler advanced).
+    Applied,
+    /// The step was skipped; parameters and the LR scheduler are unchanged.
+    Skipped(SkipReason),
+}
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepReport {
+    /// Optimizer steps attempted so far in the run, this one included.
+    pub step: u64,
+    /// Applied or skipped.
+    pub outcome: StepOutcome,
+    /// The unscaled loss, averaged over the step's micro-batches.
+    pub loss: f64,
+    /// The loss scale used for this step, when dynamic loss scaling is on.
+    pub loss_scale: Option<f64>,
+    /// The global gradient norm before clipping, when it was computed.
+    pub grad_norm: Option<f64>,
+    /// The learning rate the step used.
+    pub learning_rate: f64,
+}
+
+/// Something that happened during training or data loading.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Event {
+    /// An epoch begins.
+    EpochStart {
+        /// The epoch, counted from zero.
+        epoch: u64,
+    },
+    /// An epoch ends.
+    EpochEnd {
+        /// The epoch, counted from zero.
+        epoch: u64,
+        /// Optimizer steps attempted in the epoch.
+        steps: u64,
+        /// Samples consumed in the epoch.
+        samples: u64,
+    },
+    /// The loader handed over a batch.
+    BatchReady {
+        /// The epoch, counted from zero.
+        epoch: u64,
+        /// Index of the batch within the epoch.
+        batch: u64,
+        /// Samples in the batch.
+        samples: u64,
+        /// How long the consumer waited for it (zero when it was already prefetched).
+        wait: Duration,
+    },
+    /// A phase of a step begins.
+    PhaseStart {
+        /// The phase.
+        phase: Phase,
+        /// The optimizer step the phase belongs to.
+        step: u64,
+    },
+    /// A phase of a step ends.
+    PhaseEnd {
+        /// The phase.
+        phase: Phase,
+        /// The optimizer step the phase belongs to.
+        step: u64,
+        /// Time since the matching start; includes a device sync only when an observer asked
+        /// for accurate timing.
+        elapsed: Duration,
+    },
+    /// An optimizer step finished.
+    Step(StepReport),
+}

@@ -1,0 +1,74 @@
+//! The small shared traits of kiln.
+//!
+//! kiln's crates compose only through the seams defined here, the way ripgrep's searcher and
+//! printer meet only through `grep-matcher`:
+//!
+//! | seam | implemented by | used by |
+//! |---|---|---|
+//! | [`BlockLayout`] (with [`Layout`]) | `kiln-data`'s Parquet source, caches | samplers |
+//! | [`Sampler`] → [`Plan`] | `kiln-sampler` | `kiln-data`'s loader |
+//! | [`BlockSource`] | `kiln-data`'s Parquet source and caches | the loader |
+//! | [`Transform`] | user preprocessing | caches, the loader |
+//! | [`Metric`] | `kiln-metrics` | the trainer's validation, user code |
+//! | [`Observer`] ← [`Event`] | `kiln-profile`, progress bars, loggers | the trainer, the loader |
+//!
+//! The crate depends on neither Burn nor Arrow, so every kiln crate can share it cheaply.
+//!
+//! # Example
+//!
+//! A layout of two files, a plan over it, and the resume state after part of the plan:
+//!
+//! ```
+//! use kiln_core::{BlockLayout, Fingerprint, Layout, Plan, PlanRequest, Position, Result, Sampler};
+//!
+//! /// Visits the blocks last-to-first, each block in row order.
+//! struct BlocksReversed;
+//!
+//! impl Sampler for BlocksReversed {
+//!     fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
+//!         let order = layout.blocks().iter().rev().flat_map(|block| block.samples()).collect();
+//!         Plan::new(request.epoch, request.shard, 1, order, layout)
+//!     }
+//! }
+//!
+//! let mut builder = Layout::builder();
+//! builder.add_file(Fingerprint::of_bytes(b"a.parquet"), &[3, 2]);
+//! builder.add_file(Fingerprint::of_bytes(b"b.parquet"), &[4]);
+//! let layout = builder.build()?;
+//!
+//! let request = PlanRequest::new(42, 0);
+//! let plan = BlocksReversed.plan(&layout, &request)?;
+//! assert_eq!(plan.order(), &[5, 6, 7, 8, 3, 4, 0, 1, 2]);
+//!
+//! let position = plan.position_after(4)?;
+//! assert_eq!(position, Position { epoch: 0, consumed: 4 });
+//! let resumed = BlocksReversed.resume(&layout, &request, position)?;
+//! assert_eq!(resumed.order(), &plan.order()[4..]);
+//! # Ok::<(), kiln_core::Error>(())
+//! ```
+
+mod error;
+mod event;
+mod fingerprint;
+mod layout;
+mod metric;
+mod observer;
+mod plan;
+mod sampler;
+mod shard;
+mod source;
+mod transform;
+
+pub use error::{Error, Result};
+pub use event::{Event, Phase, SkipReason, StepOutcome, StepReport};
+pub use fingerprint::{Fingerprint, FingerprintBuilder, ParseFingerprintError};
+pub use layout::{
+    Block, BlockIndex, BlockLayout, FileId, Layout, LayoutBuilder, SampleId, validate_layout,
+};
+pub use metric::Metric;
+pub use observer::{NoObserver, Observer};
+pub use plan::{BlockUse, Plan};
+pub use sampler::Sampler;
+pub use shard::{PlanRequest, Position, Shard};
+pub use source::BlockSource;
+pub use transform::{FnTransform, Transform, transform_fn};

@@ -1,0 +1,63 @@
+//! The `BlockSource` seam: read one block's samples in one sequential read.
+
+use std::sync::Arc;
+
+use crate::BlockIndex;
+
+/// Reads whole blocks of samples.
+///
+/// Implementations read a block with one sequential read (a Parquet row group, a cache
+/// segment) and return its samples in row order. They are shared between loader worker
+/// threads, hence `Send + Sync`. Wrappers such as a cache implement the same trait around an
+/// inner source.
+///
+/// ```
+/// use kiln_core::{BlockIndex, BlockSource};
+///
+/// /// Block `b` holds the numbers `10 b .. 10 b + 10`.
+/// struct Tens;
+///
+/// impl BlockSource for Tens {
+///     type Item = u64;
+///     type Error = std::convert::Infallible;
+///     fn read_block(&self, block: BlockIndex) -> Result<Vec<u64>, Self::Error> {
+///         let start = u64::from(block) * 10;
+///         Ok((start..start + 10).collect())
+///     }
+/// }
+///
+/// assert_eq!(Tens.read_block(2).unwrap()[0], 20);
+/// ```
+pub trait BlockSource: Send + Sync {
+    /// One sample as the source produces it.
+    type Item: Send;
+    /// What a failed read reports; it should name the file and block.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Reads every sample of one block, in row order.
+    fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error>;
+}
+
+impl<T: BlockSource + ?Sized> BlockSource for &T {
+    type Item = T::Item;
+    type Error = T::Error;
+    fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error> {
+        (**self).read_block(block)
+    }
+}
+
+impl<T: BlockSource + ?Sized> BlockSource for Box<T> {
+    type Item = T::Item;
+    type Error = T::Error;
+    fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error> {
+        (**self).read_block(block)
+    }
+}
+
+impl<T: BlockSource + ?Sized> BlockSource for Arc<T> {
+    type Item = T::Item;
+    type Error = T::Error;
+    fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error> {
+        (**self).read_block(block)
+    }
+}

@@ -1,0 +1,1 @@
+//! Trajectory-forecasting metrics (work in progress: see issue 5).

@@ -1,0 +1,31 @@
+//! Test fakes for kiln's seams.
+//!
+//! Each fake is a real, small implementation of a kiln-core trait, good enough to drive the
+//! other crates' tests without files, GPUs or models:
+//!
+//! - [`MemorySource`]: an in-memory [`BlockLayout`](kiln_core::BlockLayout) and
+//!   [`BlockSource`](kiln_core::BlockSource), with failure injection per block;
+//! - [`RecordingObserver`]: an [`Observer`](kiln_core::Observer) that keeps every event;
+//! - [`InOrderSampler`]: a [`Sampler`](kiln_core::Sampler) that follows the layout order and
+//!   shards by kiln's rule;
+//! - [`MeanMetric`]: a sum/count [`Metric`](kiln_core::Metric).
+//!
+//! ```
+//! use kiln_core::{BlockLayout, BlockSource, PlanRequest, Sampler};
+//! use kiln_testkit::{InOrderSampler, MemorySource};
+//!
+//! let source = MemorySource::with_ids(&[&[3, 2], &[4]]);
+//! let plan = InOrderSampler::new(2).plan(&source, &PlanRequest::new(0, 0)).unwrap();
+//! assert_eq!(plan.len() as u64, source.num_samples());
+//! assert_eq!(source.read_block(1).unwrap(), vec![3, 4]);
+//! ```
+
+mod in_order_sampler;
+mod mean_metric;
+mod memory_source;
+mod recording_observer;
+
+pub use in_order_sampler::InOrderSampler;
+pub use mean_metric::MeanMetric;
+pub use memory_source::{MemorySource, MemorySourceError};
+pub use recording_observer::RecordingObserver;

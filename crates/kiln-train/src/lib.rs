@@ -1,0 +1,1 @@
+//! The kiln training loop (work in progress: see issue 6).

@@ -1,0 +1,36 @@
+//! kiln keeps accelerators fed.
+//!
+//! This facade re-exports kiln's crates behind features of the same role name (all on by
+//! default) so one dependency gives the whole toolkit:
+//!
+//! | feature | module | crate |
+//! |---|---|---|
+//! | `core` | [`core`] | `kiln-core`: the shared traits |
+//! | `backend` | [`backend`] | Burn backend selection (flex on the CPU, CUDA when present) |
+//! | `sampler` | [`sampler`] | `kiln-sampler`: block shuffle, sharding, resume |
+//! | `data` | [`data`] | `kiln-data`: Parquet source, caches, loader |
+//! | `train` | [`train`] | `kiln-train`: the training loop |
+//! | `metrics` | [`metrics`] | `kiln-metrics`: trajectory metrics |
+//! | `cuda` | — | Burn's CUDA backend with fusion and autotune |
+//!
+//! ```
+//! use kiln::core::{BlockLayout, Fingerprint, Layout};
+//!
+//! let mut builder = Layout::builder();
+//! builder.add_file(Fingerprint::of_bytes(b"events-000.parquet"), &[1024, 1024, 512]);
+//! let layout = builder.build().unwrap();
+//! assert_eq!(layout.num_samples(), 2560);
+//! ```
+
+#[cfg(feature = "backend")]
+pub mod backend;
+#[cfg(feature = "core")]
+pub use kiln_core as core;
+#[cfg(feature = "data")]
+pub use kiln_data as data;
+#[cfg(feature = "metrics")]
+pub use kiln_metrics as metrics;
+#[cfg(feature = "sampler")]
+pub use kiln_sampler as sampler;
+#[cfg(feature = "train")]
+pub use kiln_train as train;
