@@ -157,7 +157,7 @@ impl Plan {
                 consumed: local,
             });
         }
-        if local % self.batch_size != 0 {
+        if !local.is_multiple_of(self.batch_size) {
             return Err(invalid(format!(
                 "{local} is not a multiple of the batch size {} on a multi-rank plan",
                 self.batch_size
@@ -185,7 +185,7 @@ impl Plan {
         let global_batch = self.batch_size * world;
         let local = if world == 1 {
             position.consumed
-        } else if position.consumed % global_batch == 0 {
+        } else if position.consumed.is_multiple_of(global_batch) {
             position.consumed / world
         } else {
             return Err(invalid(format!(
