@@ -1,0 +1,1 @@
+//! Shuffle-quality measures (work in progress).
