@@ -1,0 +1,196 @@
+//! Gradient clipping over all parameters at once, as PyTorch's `clip_grad_norm_` does.
+//!
+//! Burn's `GradientClippingConfig::Norm` clips each parameter tensor by its own norm, which
+//! changes the direction of the full gradient; kiln computes one global norm in f32 over every
+//! gradient, scales all of them by the same coefficient, and does it after loss unscaling so the
+//! threshold keeps its meaning under mixed precision. Leave Burn's own `grad_clipping` unset.
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, Tensor};
+
+use crate::{Error, Result};
+
+/// PyTorch's `eps` in `clip_grad_norm_`: `coef = max_norm / (total_norm + 1e-6)`.
+pub const CLIP_NORM_EPS: f64 = 1e-6;
+
+/// How gradients are clipped, after unscaling and before the optimizer step.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GradientClipping {
+    /// Scale every gradient by `min(1, max_norm / (global_norm + 1e-6))`, where the global norm
+    /// is the L2 norm of all gradients concatenated (PyTorch's `clip_grad_norm_`, Lightning's
+    /// `gradient_clip_algorithm="norm"`).
+    Norm {
+        /// The largest global norm allowed; must be > 0.
+        max_norm: f64,
+    },
+    /// Clamp every gradient element to `[-max_abs, max_abs]` (PyTorch's `clip_grad_value_`).
+    Value {
+        /// The largest magnitude allowed; must be > 0.
+        max_abs: f64,
+    },
+}
+
+impl GradientClipping {
+    /// Fails when the threshold is not finite and positive.
+    pub fn validate(&self) -> Result<()> {
+        let (field, value) = match *self {
+            GradientClipping::Norm { max_norm } => ("clipping.max_norm", max_norm),
+            GradientClipping::Value { max_abs } => ("clipping.max_abs", max_abs),
+        };
+        if value.is_finite() && value > 0.0 {
+            Ok(())
+        } else {
+            Err(Error::InvalidConfig {
+                field,
+                value: value.to_string(),
+                reason: "must be finite and > 0".to_owned(),
+            })
+        }
+    }
+}
+
+/// The factor PyTorch's `clip_grad_norm_` multiplies every gradient by.
+pub fn clip_coefficient(global_norm: f64, max_norm: f64) -> f64 {
+    (max_norm / (global_norm + CLIP_NORM_EPS)).min(1.0)
+}
+
+/// The sum of squares of every gradient of `module`'s float parameters, computed in f32 on the
+/// device, as a one-element tensor; `None` when no parameter has a gradient. No host sync.
+pub fn squared_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+) -> Option<Tensor<B::InnerBackend, 1>> {
+    let mut visitor = SquaredNorm::<B> { grads, total: None };
+    module.visit(&mut visitor);
+    visitor.total
+}
+
+/// Multiplies every gradient by `factor`, then clamps it to `[-max_abs, max_abs]` when given.
+pub fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &mut GradientsParams,
+    factor: f64,
+    max_abs: Option<f64>,
+) {
+    if factor == 1.0 && max_abs.is_none() {
+        return;
+    }
+    let mut visitor = ScaleGrads::<B> {
+        grads,
+        factor,
+        max_abs,
+        backend: std::marker::PhantomData,
+    };
+    module.visit(&mut visitor);
+}
+
+/// The global L2 norm of `module`'s gradients, read back to the host (one sync).
+pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+) -> Result<f64> {
+    match squared_grad_norm::<B, M>(module, grads) {
+        None => Ok(0.0),
+        Some(total) => Ok(read_scalar(total, "the gradient norm readback")?.sqrt()),
+    }
+}
+
+/// Clips `grads` to a global norm of at most `max_norm` in place, exactly as PyTorch's
+/// `clip_grad_norm_(params, max_norm)` does, and returns the norm before clipping.
+///
+/// For use in hand-written loops; the [`Trainer`](crate::Trainer) folds this into its single
+/// readback per optimizer step.
+pub fn clip_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &mut GradientsParams,
+    max_norm: f64,
+) -> Result<f64> {
+    let norm = global_grad_norm::<B, M>(module, grads)?;
+    scale_grads::<B, M>(module, grads, clip_coefficient(norm, max_norm), None);
+    Ok(norm)
+}
+
+/// Reads a one-element tensor back as `f64`.
+pub(crate) fn read_scalar<B: Backend>(tensor: Tensor<B, 1>, during: &'static str) -> Result<f64> {
+    let data = tensor.try_into_data().map_err(|error| Error::Device {
+        during,
+        message: format!("{error:?}"),
+    })?;
+    data.iter::<f64>().next().ok_or_else(|| Error::Device {
+        during,
+        message: "the device returned no value".to_owned(),
+    })
+}
+
+struct SquaredNorm<'a, B: AutodiffBackend> {
+    grads: &'a GradientsParams,
+    total: Option<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let squares = grad.cast(FloatDType::F32).square().sum();
+        self.total = Some(match self.total.take() {
+            Some(total) => total + squares,
+            None => squares,
+        });
+    }
+}
+
+struct ScaleGrads<'a, B> {
+    grads: &'a mut GradientsParams,
+    factor: f64,
+    max_abs: Option<f64>,
+    backend: std::marker::PhantomData<B>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for ScaleGrads<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(mut grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        if self.factor != 1.0 {
+            grad = grad.mul_scalar(self.factor);
+        }
+        if let Some(max_abs) = self.max_abs {
+            grad = grad.clamp(-max_abs, max_abs);
+        }
+        self.grads.register::<B::InnerBackend, D>(param.id, grad);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coefficient_is_pytorch_formula() {
+        assert_eq!(clip_coefficient(0.5, 1.0), 1.0);
+        let norm = (48.0f64).sqrt();
+        assert!((clip_coefficient(norm, 1.0) - 1.0 / (norm + 1e-6)).abs() < 1e-15);
+        assert_eq!(clip_coefficient(0.0, 1.0), 1.0);
+    }
+
+    #[test]
+    fn thresholds_must_be_positive() {
+        assert!(GradientClipping::Norm { max_norm: 1.0 }.validate().is_ok());
+        let error = GradientClipping::Value { max_abs: -1.0 }
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("clipping.max_abs"), "{error}");
+        assert!(
+            GradientClipping::Norm {
+                max_norm: f64::INFINITY
+            }
+            .validate()
+            .is_err()
+        );
+    }
+}

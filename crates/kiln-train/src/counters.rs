@@ -1,0 +1,42 @@
+//! Run counters: how far training has come, saved in checkpoints.
+
+/// How far a run has come. Saved in checkpoints, so a resumed run continues the counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Counters {
+    /// Optimizer steps attempted (applied plus skipped).
+    pub optimizer_steps: u64,
+    /// Optimizer steps that updated the parameters (and advanced the LR scheduler).
+    pub applied_steps: u64,
+    /// Optimizer steps skipped for inf/NaN gradients.
+    pub skipped_steps: u64,
+    /// Micro-batches trained on.
+    pub micro_batches: u64,
+    /// Samples trained on.
+    pub samples: u64,
+    /// Optimizer steps attempted in the current epoch.
+    pub epoch_steps: u64,
+    /// Micro-batches trained on in the current epoch.
+    pub epoch_batches: u64,
+}
+
+/// What one call of [`Trainer::train_batch`](crate::Trainer::train_batch) did.
+#[derive(Debug, Clone)]
+pub struct BatchOutcome<O> {
+    /// What the step function handed back.
+    pub output: O,
+    /// The optimizer step this micro-batch completed, if it was the last of a window.
+    pub step: Option<kiln_core::StepReport>,
+}
+
+/// What [`Trainer::fit`](crate::Trainer::fit) did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FitSummary {
+    /// The counters when `fit` returned.
+    pub counters: Counters,
+    /// Where the data stands: the next epoch and samples consumed in it.
+    pub position: kiln_core::Position,
+    /// The loss of the last optimizer step, if any ran.
+    pub last_loss: Option<f64>,
+    /// Whether `fit` stopped at [`max_steps`](crate::TrainerConfig::max_steps).
+    pub reached_max_steps: bool,
+}

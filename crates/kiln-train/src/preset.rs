@@ -1,0 +1,207 @@
+//! Presets: named starting points for the trainer's settings and the runtime around it.
+//!
+//! | preset | trainer settings | Burn features | runtime |
+//! |---|---|---|---|
+//! | `max_speed` | bf16-mixed (f16 + scaler, then f32, where unsupported), no grad-norm tracking, no anomaly checks, no syncs beyond the one readback per step | `cuda` (= Burn `cuda` + `fusion` + `autotune`) | autotune level `balanced`; as many loader workers as cores |
+//! | `reproducible` | f32, backend reseeded every step from (seed, step), fixed seed | `cuda` with fusion; autotune pinned | autotune level `minimal` (the same kernels every run); one loader worker or kiln's deterministic loader |
+//! | `balanced` | bf16-mixed (with the same fallback), grad-norm tracking | `cuda` | defaults |
+//! | `debug` | f32, NaN/inf check of every loss and step (error naming the step), synced phase timing, overfits the first 4 batches of epoch 0 for 20 epochs | none needed (flex) | autotune level `minimal`; one loader worker |
+//! | `ci` | f32, one epoch of 4 batches, 2 validation batches, no checkpoints, reseeded every step | none (flex) | CPU only |
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::backend::Backend;
+
+use crate::{Precision, TrainerConfig};
+
+/// A named starting configuration; see the module table for what each one sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    /// Throughput first: mixed precision, no optional syncs.
+    MaxSpeed,
+    /// Bit-identical reruns and resumes on the same machine and backend.
+    Reproducible,
+    /// Mixed precision with monitoring: the usual choice.
+    Balanced,
+    /// Find NaNs and data bugs: f32, checks every step, overfit a few batches.
+    Debug,
+    /// A handful of batches on the CPU, no checkpoints: proves the loop runs.
+    Ci,
+}
+
+/// What a preset asks of the build and the process around the trainer; the trainer cannot set
+/// these itself (features are chosen at compile time, environment variables must be set before
+/// the backend starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeSettings {
+    /// kiln cargo features to build with (`cuda` turns on Burn's `cuda`, `fusion` and
+    /// `autotune`: the analogues of a CUDA build, `torch.compile` and `cudnn.benchmark`).
+    pub cargo_features: &'static [&'static str],
+    /// Run on the flex CPU backend even when a GPU is present.
+    pub cpu_only: bool,
+    /// Value for `CUBECL_AUTOTUNE_LEVEL` (`minimal`, `balanced`, `extensive`, `full`); `None`
+    /// keeps CubeCL's default (`balanced`).
+    pub autotune_level: Option<&'static str>,
+    /// Use one loader worker (Burn's multi-worker `DataLoader` delivers batches in arrival
+    /// order, which is not deterministic; kiln's loader is deterministic with any count).
+    pub single_loader_worker: bool,
+}
+
+impl Preset {
+    /// Every preset.
+    pub const ALL: [Preset; 5] = [
+        Preset::MaxSpeed,
+        Preset::Reproducible,
+        Preset::Balanced,
+        Preset::Debug,
+        Preset::Ci,
+    ];
+
+    /// The snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::MaxSpeed => "max_speed",
+            Preset::Reproducible => "reproducible",
+            Preset::Balanced => "balanced",
+            Preset::Debug => "debug",
+            Preset::Ci => "ci",
+        }
+    }
+
+    /// The preset's trainer settings, device-independent (mixed presets ask for bf16; see
+    /// [`config_for`](Self::config_for) for the fallback).
+    pub fn config(self) -> TrainerConfig {
+        let base = TrainerConfig::new();
+        match self {
+            Preset::MaxSpeed => base
+                .with_precision(Precision::Bf16Mixed)
+                .with_track_grad_norm(false),
+            Preset::Reproducible => base.with_reseed_every_step(true),
+            Preset::Balanced => base.with_precision(Precision::Bf16Mixed),
+            Preset::Debug => base
+                .with_detect_anomalies(true)
+                .with_sync_phase_timing(true)
+                .with_overfit_batches(Some(4))
+                .with_num_epochs(20),
+            Preset::Ci => base
+                .with_max_batches_per_epoch(Some(4))
+                .with_max_validation_batches(Some(2))
+                .with_reseed_every_step(true),
+        }
+    }
+
+    /// The preset's settings with the precision lowered to what backend `B` supports on
+    /// `device`: bf16-mixed, else f16-mixed, else f32.
+    pub fn config_for<B: Backend>(self, device: &B::Device) -> TrainerConfig {
+        let mut config = self.config();
+        config.precision = supported_precision::<B>(config.precision, device);
+        config
+    }
+
+    /// What the preset expects of the build and the process.
+    pub fn runtime(self) -> RuntimeSettings {
+        match self {
+            Preset::MaxSpeed => RuntimeSettings {
+                cargo_features: &["cuda"],
+                cpu_only: false,
+                autotune_level: Some("balanced"),
+                single_loader_worker: false,
+            },
+            Preset::Reproducible => RuntimeSettings {
+                cargo_features: &["cuda"],
+                cpu_only: false,
+                autotune_level: Some("minimal"),
+                single_loader_worker: true,
+            },
+            Preset::Balanced => RuntimeSettings {
+                cargo_features: &["cuda"],
+                cpu_only: false,
+                autotune_level: None,
+                single_loader_worker: false,
+            },
+            Preset::Debug => RuntimeSettings {
+                cargo_features: &[],
+                cpu_only: false,
+                autotune_level: Some("minimal"),
+                single_loader_worker: true,
+            },
+            Preset::Ci => RuntimeSettings {
+                cargo_features: &[],
+                cpu_only: true,
+                autotune_level: None,
+                single_loader_worker: true,
+            },
+        }
+    }
+}
+
+/// `wanted`, or the next lower mixed mode the device supports, or f32.
+fn supported_precision<B: Backend>(wanted: Precision, device: &B::Device) -> Precision {
+    let chain: &[Precision] = match wanted {
+        Precision::Bf16Mixed => &[Precision::Bf16Mixed, Precision::F16Mixed],
+        Precision::F16Mixed => &[Precision::F16Mixed],
+        Precision::F32 => &[],
+    };
+    chain
+        .iter()
+        .copied()
+        .find(|precision| precision.check_supported::<B>(device).is_ok())
+        .unwrap_or(Precision::F32)
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Preset {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let wanted = text.to_ascii_lowercase().replace('-', "_");
+        Preset::ALL
+            .into_iter()
+            .find(|preset| preset.name() == wanted)
+            .ok_or_else(|| {
+                format!(
+                    "unknown preset {text:?}: use max_speed, reproducible, balanced, debug or ci"
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_valid_and_parses() {
+        for preset in Preset::ALL {
+            preset.config().validate().unwrap();
+            assert_eq!(preset.name().parse::<Preset>(), Ok(preset));
+        }
+        assert!("fast".parse::<Preset>().is_err());
+    }
+
+    #[test]
+    fn presets_set_what_they_promise() {
+        let debug = Preset::Debug.config();
+        assert!(debug.detect_anomalies && debug.overfit_batches.is_some());
+        assert_eq!(debug.precision, Precision::F32);
+        let ci = Preset::Ci.config();
+        assert!(ci.checkpoint.is_none() && ci.max_batches_per_epoch == Some(4));
+        assert!(Preset::Ci.runtime().cpu_only);
+        assert!(Preset::Reproducible.config().reseed_every_step);
+        assert_eq!(Preset::MaxSpeed.config().precision, Precision::Bf16Mixed);
+    }
+
+    #[test]
+    fn mixed_presets_fall_back_on_devices_without_low_precision() {
+        type Cpu = burn::backend::Flex;
+        // flex supports bf16, so nothing changes there.
+        let config = Preset::MaxSpeed.config_for::<Cpu>(&Default::default());
+        assert_eq!(config.precision, Precision::Bf16Mixed);
+    }
+}

@@ -1,0 +1,123 @@
+//! A progress bar for training: epoch, step, loss, learning rate, loss scale, samples/s.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kiln_core::{Event, Observer, StepOutcome};
+
+/// An [`Observer`] drawing an indicatif progress bar on stderr, hidden when stderr is not a
+/// terminal (CI logs, redirected output).
+///
+/// ```
+/// use kiln_core::{Event, Observer, StepOutcome, StepReport};
+/// use kiln_train::ProgressObserver;
+///
+/// let progress = ProgressObserver::hidden().with_total_steps(10);
+/// progress.on_event(&Event::EpochStart { epoch: 0 });
+/// progress.on_event(&Event::Step(StepReport {
+///     step: 1,
+///     outcome: StepOutcome::Applied,
+///     loss: 0.5,
+///     loss_scale: Some(65536.0),
+///     grad_norm: Some(1.0),
+///     learning_rate: 1e-3,
+/// }));
+/// assert!(progress.message().contains("loss 0.5000"));
+/// ```
+pub struct ProgressObserver {
+    bar: ProgressBar,
+    samples: AtomicU64,
+}
+
+impl ProgressObserver {
+    /// A bar on stderr when it is a terminal, hidden otherwise.
+    pub fn new() -> Self {
+        let target = if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        Self::with_draw_target(target)
+    }
+
+    /// A bar that never draws (for tests and quiet runs).
+    pub fn hidden() -> Self {
+        Self::with_draw_target(ProgressDrawTarget::hidden())
+    }
+
+    fn with_draw_target(target: ProgressDrawTarget) -> Self {
+        let bar = ProgressBar::with_draw_target(None, target);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix} step {pos}{len_text} [{elapsed_precise}] {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Self {
+            bar,
+            samples: AtomicU64::new(0),
+        }
+    }
+
+    /// Shows the bar against a known number of optimizer steps.
+    pub fn with_total_steps(self, steps: u64) -> Self {
+        self.bar.set_length(steps);
+        self.bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix} [{bar:30}] step {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        self
+    }
+
+    /// The current status line (loss, lr, scale, samples/s).
+    pub fn message(&self) -> String {
+        self.bar.message()
+    }
+
+    /// Stops drawing and leaves the last state on screen.
+    pub fn finish(&self) {
+        self.bar.finish();
+    }
+}
+
+impl Default for ProgressObserver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Observer for ProgressObserver {
+    fn on_event(&self, event: &Event) {
+        match event {
+            Event::EpochStart { epoch } => self.bar.set_prefix(format!("epoch {epoch}")),
+            Event::BatchReady { samples, .. } => {
+                self.samples.fetch_add(*samples, Ordering::Relaxed);
+            }
+            Event::Step(report) => {
+                let seconds = self.bar.elapsed().as_secs_f64();
+                let samples = self.samples.load(Ordering::Relaxed) as f64;
+                let rate = if seconds > 0.0 {
+                    samples / seconds
+                } else {
+                    0.0
+                };
+                let scale = report
+                    .loss_scale
+                    .map(|scale| format!(" scale {scale}"))
+                    .unwrap_or_default();
+                let skipped = match report.outcome {
+                    StepOutcome::Applied => "",
+                    StepOutcome::Skipped(_) => " (skipped)",
+                };
+                self.bar.set_message(format!(
+                    "loss {:.4} lr {:.2e}{scale} {rate:.0} samples/s{skipped}",
+                    report.loss, report.learning_rate
+                ));
+                self.bar.set_position(report.step);
+            }
+            _ => {}
+        }
+    }
+}

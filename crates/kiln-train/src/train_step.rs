@@ -1,0 +1,270 @@
+//! One micro-batch (forward, backward, accumulate) and one optimizer step (unscale, check,
+//! clip, step or skip).
+
+use burn::module::AutodiffModule;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::optim::{GradientsParams, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{FloatDType, Transaction};
+use kiln_core::{Event, Phase, SkipReason, StepOutcome, StepReport};
+
+use crate::clipping::{clip_coefficient, read_scalar, scale_grads, squared_grad_norm};
+use crate::{
+    BatchOutcome, Error, GradientClipping, LossNormalization, Result, TrainStep, Trainer,
+    cast_module, rng,
+};
+
+impl<B, M, O, S> Trainer<B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + TrainStep<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    /// Emits [`Event::EpochStart`] for the current epoch unless it was already emitted.
+    /// [`train_batch`](Self::train_batch) calls it for you.
+    pub fn start_epoch(&mut self) {
+        if !self.epoch_started {
+            self.epoch_started = true;
+            self.observers.emit(&Event::EpochStart {
+                epoch: self.position.epoch,
+            });
+        }
+    }
+
+    /// Trains on one micro-batch: forward (on a low-precision copy under mixed precision),
+    /// scaled backward, and accumulation of the f32 gradients. When the micro-batch completes a
+    /// window of [`accumulation_steps`](crate::TrainerConfig::accumulation_steps), the optimizer
+    /// step runs too and its report is returned.
+    pub fn train_batch(&mut self, batch: M::Input) -> Result<BatchOutcome<M::Output>> {
+        self.start_epoch();
+        let step = self.counters.optimizer_steps + 1;
+        let micro_batch = self.window.micro_batches;
+        if micro_batch == 0 && self.config.reseed_every_step {
+            B::seed(&self.device, rng::step_seed(self.config.seed, step));
+        }
+        let model = self.model();
+        let samples = model.batch_samples(&batch);
+
+        let started = self.observers.start(Phase::HostToDevice, step);
+        let batch = model.to_device(batch, &self.device);
+        self.observers.end::<B>(started, &self.device)?;
+
+        let started = self.observers.start(Phase::Forward, step);
+        let output = if self.autocast.precision().is_mixed() {
+            let copy = cast_module(model.clone(), self.autocast.compute_dtype());
+            copy.step(batch, &self.autocast)
+        } else {
+            model.step(batch, &self.autocast)
+        };
+        let shape = output.loss.dims();
+        if shape != [1] {
+            return Err(Error::LossShape {
+                step,
+                micro_batch,
+                shape: shape.to_vec(),
+            });
+        }
+        let items = match (self.config.loss_normalization, output.items) {
+            (LossNormalization::Items, None) => {
+                return Err(Error::MissingItemCount { step, micro_batch });
+            }
+            (_, items) => items.unwrap_or(0),
+        };
+        let loss = output.loss.cast(FloatDType::F32);
+        self.observers.end::<B>(started, &self.device)?;
+
+        let detached = loss.clone().detach().inner();
+        if self.config.detect_anomalies {
+            let value = read_scalar(detached.clone(), "the anomaly check of the loss")?;
+            if !value.is_finite() {
+                return Err(Error::NonFiniteLoss {
+                    step,
+                    epoch: self.position.epoch,
+                    micro_batch,
+                    value,
+                });
+            }
+        }
+
+        let started = self.observers.start(Phase::Backward, step);
+        let scaled = match &self.scaler {
+            Some(scaler) => loss.mul_scalar(scaler.scale()),
+            None => loss,
+        };
+        let grads = GradientsParams::from_grads(scaled.backward(), self.model());
+        self.observers.end::<B>(started, &self.device)?;
+
+        let model = self
+            .model
+            .as_ref()
+            .expect("the model is present between steps");
+        self.window.add(model, grads, detached, items);
+        self.counters.micro_batches += 1;
+        self.counters.epoch_batches += 1;
+        self.counters.samples += samples;
+        self.position.consumed += samples;
+
+        let step_report = if self.window.micro_batches >= self.config.accumulation_steps {
+            Some(self.optimizer_step()?)
+        } else {
+            None
+        };
+        Ok(BatchOutcome {
+            output: output.item,
+            step: step_report,
+        })
+    }
+
+    /// Runs the optimizer step for a partially filled window now (normalized by its own
+    /// micro-batch count); `None` when nothing is pending.
+    pub fn finish_window(&mut self) -> Result<Option<StepReport>> {
+        if self.window.is_empty() {
+            Ok(None)
+        } else {
+            self.optimizer_step().map(Some)
+        }
+    }
+
+    /// Ends the epoch: flushes the last partial window, emits [`Event::EpochEnd`] and moves
+    /// the position to the start of the next epoch. Returns the flushed step's report.
+    pub fn end_epoch(&mut self) -> Result<Option<StepReport>> {
+        self.start_epoch();
+        let flushed = self.finish_window()?;
+        self.observers.emit(&Event::EpochEnd {
+            epoch: self.position.epoch,
+            steps: self.counters.epoch_steps,
+            samples: self.position.consumed,
+        });
+        self.position = kiln_core::Position::start_of(self.position.epoch + 1);
+        self.counters.epoch_steps = 0;
+        self.counters.epoch_batches = 0;
+        self.epoch_started = false;
+        Ok(flushed)
+    }
+
+    /// Unscale and normalize, one readback, inf/NaN check, clip, then step (and advance the
+    /// scheduler) or skip (and leave it), update the loss scale, report.
+    fn optimizer_step(&mut self) -> Result<StepReport> {
+        let step = self.counters.optimizer_steps + 1;
+        let started = self.observers.start(Phase::Optimizer, step);
+        let window = std::mem::take(&mut self.window);
+        let divisor = match self.config.loss_normalization {
+            LossNormalization::MicroBatches => f64::from(window.micro_batches),
+            LossNormalization::Items if window.items == 0 => {
+                return Err(Error::NoItems {
+                    step,
+                    micro_batches: window.micro_batches,
+                });
+            }
+            LossNormalization::Items => window.items as f64,
+        };
+        let loss_scale = self.scaler.as_ref().map(|scaler| scaler.scale());
+        let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
+        let mut grads = window.grads.unwrap_or_default();
+
+        let needs_norm = self.scaler.is_some()
+            || matches!(self.config.clipping, Some(GradientClipping::Norm { .. }))
+            || self.config.detect_anomalies
+            || self.config.track_grad_norm;
+        let squared = if needs_norm {
+            squared_grad_norm::<B, M>(self.model(), &grads)
+        } else {
+            None
+        };
+        let (loss_sum, squared_scaled) = read_back(window.loss_sum, squared)?;
+        let loss = loss_sum / divisor;
+        let grad_norm = squared_scaled.map(|squared| squared.sqrt() * unscale);
+        let finite = squared_scaled.is_none_or(f64::is_finite);
+
+        let outcome = if finite {
+            let (factor, max_abs) = match self.config.clipping {
+                Some(GradientClipping::Norm { max_norm }) => (
+                    unscale * clip_coefficient(grad_norm.unwrap_or(0.0), max_norm),
+                    None,
+                ),
+                Some(GradientClipping::Value { max_abs }) => (unscale, Some(max_abs)),
+                None => (unscale, None),
+            };
+            let model = self
+                .model
+                .take()
+                .expect("the model is present between steps");
+            scale_grads::<B, M>(&model, &mut grads, factor, max_abs);
+            let learning_rate = self.scheduler.step();
+            self.model = Some(self.optim.step(learning_rate, model, grads));
+            (StepOutcome::Applied, learning_rate)
+        } else {
+            if self.scaler.is_none() && self.config.detect_anomalies {
+                return Err(Error::NonFiniteGradients {
+                    step,
+                    epoch: self.position.epoch,
+                    squared_norm: squared_scaled.unwrap_or(f64::NAN),
+                });
+            }
+            // The scheduler must not advance: report the rate it would have given.
+            let learning_rate = self.scheduler.clone().step();
+            (
+                StepOutcome::Skipped(SkipReason::NonFiniteGradients),
+                learning_rate,
+            )
+        };
+        let skipped = !matches!(outcome.0, StepOutcome::Applied);
+        let scale_after = self.scaler.as_mut().map(|scaler| scaler.update(skipped));
+        if let Some(warning) = self.monitor.record(skipped, scale_after) {
+            log::warn!("kiln-train: at optimizer step {step}: {warning}");
+        }
+
+        self.counters.optimizer_steps = step;
+        self.counters.epoch_steps += 1;
+        if skipped {
+            self.counters.skipped_steps += 1;
+        } else {
+            self.counters.applied_steps += 1;
+        }
+        self.last_loss = Some(loss);
+        let report = StepReport {
+            step,
+            outcome: outcome.0,
+            loss,
+            loss_scale: loss_scale.map(f64::from),
+            grad_norm,
+            learning_rate: outcome.1,
+        };
+        self.observers.end::<B>(started, &self.device)?;
+        self.observers.emit(&Event::Step(report));
+        Ok(report)
+    }
+}
+
+/// Reads the window's loss sum and, when computed, the squared gradient norm in one
+/// transaction: the step's single host sync.
+fn read_back<B: burn::tensor::backend::Backend>(
+    loss_sum: Option<burn::tensor::Tensor<B, 1>>,
+    squared: Option<burn::tensor::Tensor<B, 1>>,
+) -> Result<(f64, Option<f64>)> {
+    let during = "the optimizer step's readback of loss and gradient norm";
+    let Some(loss_sum) = loss_sum else {
+        return Ok((0.0, None));
+    };
+    let Some(squared) = squared else {
+        return Ok((read_scalar(loss_sum, during)?, None));
+    };
+    let data = Transaction::default()
+        .register(loss_sum)
+        .register(squared)
+        .try_execute()
+        .map_err(|error| Error::Device {
+            during,
+            message: format!("{error:?}"),
+        })?;
+    let value = |index: usize| {
+        data.get(index)
+            .and_then(|data| data.iter::<f64>().next())
+            .ok_or_else(|| Error::Device {
+                during,
+                message: format!("the device returned no value for readback {index}"),
+            })
+    };
+    Ok((value(0)?, Some(value(1)?)))
+}

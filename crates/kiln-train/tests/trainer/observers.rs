@@ -1,0 +1,95 @@
+//! Events: epochs, batches, phases in step order, step reports; syncs only when asked.
+
+use std::sync::Arc;
+
+use burn::optim::SgdConfig;
+use burn::tensor::backend::AutodiffBackend;
+use kiln_core::{Event, Phase};
+use kiln_testkit::RecordingObserver;
+use kiln_train::{ProgressObserver, Trainer, TrainerConfig};
+
+use crate::common;
+
+fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
+    let config = TrainerConfig::new().with_accumulation_steps(2);
+    let mut trainer = Trainer::new(
+        common::model::<B>(&device, 1),
+        SgdConfig::new().init(),
+        0.01,
+        config,
+        device.clone(),
+    )
+    .unwrap();
+    let recorder = Arc::new(RecordingObserver::with_accurate_timing());
+    trainer.add_observer(recorder.clone());
+    trainer.add_observer(ProgressObserver::hidden());
+    let batches = common::batches::<B>(3, 4, 1, &device);
+    trainer.fit(|_| batches.clone()).unwrap();
+
+    let events = recorder.events();
+    let names: Vec<String> = events
+        .iter()
+        .map(|event| match event {
+            Event::EpochStart { .. } => "epoch_start".to_owned(),
+            Event::EpochEnd { .. } => "epoch_end".to_owned(),
+            Event::BatchReady { .. } => "batch".to_owned(),
+            Event::PhaseStart { phase, step } => format!("{phase}@{step}"),
+            Event::PhaseEnd { .. } => "end".to_owned(),
+            Event::Step(report) => format!("step{}", report.step),
+            _ => "other".to_owned(),
+        })
+        .collect();
+    let micro = |step: u64| {
+        [
+            format!("data_wait@{step}"),
+            "end".to_owned(),
+            "batch".to_owned(),
+            format!("host_to_device@{step}"),
+            "end".to_owned(),
+            format!("forward@{step}"),
+            "end".to_owned(),
+            format!("backward@{step}"),
+            "end".to_owned(),
+        ]
+    };
+    let optimizer = |step: u64| {
+        [
+            format!("optimizer@{step}"),
+            "end".to_owned(),
+            format!("step{step}"),
+        ]
+    };
+    let mut expected = vec!["epoch_start".to_owned()];
+    expected.extend(micro(1));
+    expected.extend(micro(1));
+    expected.extend(optimizer(1));
+    expected.extend(micro(2));
+    // The iterator runs dry: the last partial window is flushed at the epoch end.
+    expected.extend(["data_wait@2".to_owned(), "end".to_owned()]);
+    expected.extend(optimizer(2));
+    expected.push("epoch_end".to_owned());
+    assert_eq!(names, expected);
+
+    match events.last().unwrap() {
+        Event::EpochEnd {
+            epoch,
+            steps,
+            samples,
+        } => assert_eq!((*epoch, *steps, *samples), (0, 2, 12)),
+        other => panic!("{other:?}"),
+    }
+    let batch_samples: Vec<u64> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::BatchReady { samples, .. } => Some(*samples),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(batch_samples, [4, 4, 4]);
+    assert!(events.iter().all(|event| match event {
+        Event::PhaseStart { phase, .. } => *phase != Phase::Validation,
+        _ => true,
+    }));
+}
+
+crate::backend_tests!(events_follow_the_step_structure);

@@ -1,0 +1,193 @@
+//! Checkpoints: resuming mid-epoch continues exactly as the uninterrupted run.
+
+use std::path::Path;
+
+use burn::lr_scheduler::linear::{LinearLrScheduler, LinearLrSchedulerConfig};
+use burn::optim::AdamConfig;
+use burn::tensor::backend::AutodiffBackend;
+use kiln_core::Position;
+use kiln_train::{Error, Preset, Trainer, TrainerConfig, latest_checkpoint};
+use rand::Rng;
+
+use crate::common::{self, Batch, Mlp};
+
+const BATCHES: usize = 5;
+const ROWS: usize = 4;
+
+fn config() -> TrainerConfig {
+    Preset::Reproducible
+        .config()
+        .with_num_epochs(3)
+        .with_accumulation_steps(2)
+}
+
+fn trainer<B: AutodiffBackend>(
+    device: &B::Device,
+    config: TrainerConfig,
+    weights_seed: u64,
+) -> Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, LinearLrScheduler> {
+    let scheduler = LinearLrSchedulerConfig::new(0.05, 0.01, 6).init().unwrap();
+    Trainer::new(
+        common::model::<B>(device, weights_seed),
+        AdamConfig::new().init(),
+        scheduler,
+        config,
+        device.clone(),
+    )
+    .unwrap()
+}
+
+/// The epoch's batches (a different rotation each epoch) from `position` on.
+fn epoch_data<B: AutodiffBackend>(batches: &[Batch<B>], position: Position) -> Vec<Batch<B>> {
+    let mut order = batches.to_vec();
+    order.rotate_left(position.epoch as usize % BATCHES);
+    order.split_off((position.consumed / ROWS as u64) as usize)
+}
+
+fn loss_bits(reports: &[kiln_core::StepReport]) -> Vec<u64> {
+    reports.iter().map(|report| report.loss.to_bits()).collect()
+}
+
+/// Bit-identical step losses, parameters and host RNG draws with and without an interruption
+/// after step 4 (in the middle of epoch 1, between two accumulation windows).
+fn resumed_run_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let draw = |trainer: &mut Trainer<B, _, _, _>, draws: &mut Vec<u64>| {
+        draws.push(trainer.rng().random::<u64>());
+        Ok(())
+    };
+
+    let mut whole = trainer::<B>(&device, config(), 1);
+    let whole_steps = common::recorder();
+    whole.add_observer(whole_steps.clone());
+    let mut whole_draws = Vec::new();
+    whole
+        .fit_with(
+            |p| epoch_data(&batches, p),
+            |t, _| draw(t, &mut whole_draws),
+        )
+        .unwrap();
+    assert_eq!(
+        whole.counters().optimizer_steps,
+        9,
+        "3 windows per epoch, the last partial"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mid-epoch.kiln");
+    let mut first = trainer::<B>(&device, config().with_max_steps(Some(4)), 1);
+    let first_steps = common::recorder();
+    first.add_observer(first_steps.clone());
+    let mut draws = Vec::new();
+    let summary = first
+        .fit_with(|p| epoch_data(&batches, p), |t, _| draw(t, &mut draws))
+        .unwrap();
+    assert!(summary.reached_max_steps);
+    assert_eq!(
+        summary.position,
+        Position {
+            epoch: 1,
+            consumed: 2 * ROWS as u64
+        }
+    );
+    first.save_checkpoint(&path).unwrap();
+    drop(first);
+
+    // Fresh weights and optimizer: everything must come from the checkpoint.
+    let mut second = trainer::<B>(&device, config(), 99);
+    let second_steps = common::recorder();
+    second.add_observer(second_steps.clone());
+    let position = second.load_checkpoint(&path).unwrap();
+    assert_eq!(position, summary.position);
+    second
+        .fit_with(|p| epoch_data(&batches, p), |t, _| draw(t, &mut draws))
+        .unwrap();
+
+    let mut resumed = common::step_reports(&first_steps);
+    resumed.extend(common::step_reports(&second_steps));
+    let whole_reports = common::step_reports(&whole_steps);
+    assert_eq!(loss_bits(&resumed), loss_bits(&whole_reports));
+    let rates: Vec<f64> = resumed.iter().map(|r| r.learning_rate).collect();
+    let whole_rates: Vec<f64> = whole_reports.iter().map(|r| r.learning_rate).collect();
+    assert_eq!(rates, whole_rates, "the scheduler resumes where it was");
+    let bits = |model: &Mlp<B>| -> Vec<u32> {
+        common::params(model).iter().map(|v| v.to_bits()).collect()
+    };
+    assert_eq!(bits(second.model()), bits(whole.model()));
+    assert_eq!(draws, whole_draws, "the host RNG resumes where it was");
+    assert_eq!(second.counters(), whole.counters());
+}
+
+/// `fit` writes checkpoints every N steps and at epoch ends, keeping the newest few, and a
+/// trainer resumed from the latest one finishes with the same parameters.
+fn fit_checkpoints_rotate_and_resume<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = kiln_train::CheckpointConfig::new(dir.path())
+        .with_every_steps(2)
+        .with_keep_last(2);
+    let mut run = trainer::<B>(&device, config().with_checkpoint(Some(checkpoints)), 1);
+    run.fit(|p| epoch_data(&batches, p)).unwrap();
+    let files = kiln_train::list_checkpoints(dir.path()).unwrap();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let latest = latest_checkpoint(dir.path()).unwrap().unwrap();
+    assert!(latest.ends_with("step-000000000009.kiln"), "{latest:?}");
+
+    let mut resumed = trainer::<B>(&device, config(), 5);
+    let position = resumed.load_checkpoint(&latest).unwrap();
+    assert_eq!(position, Position::start_of(3));
+    let summary = resumed.fit(|p| epoch_data(&batches, p)).unwrap();
+    assert_eq!(summary.counters.optimizer_steps, 9, "nothing left to train");
+    assert_eq!(common::params(resumed.model()), common::params(run.model()));
+}
+
+/// Checkpoints are refused mid-window, and a run with other numerics is refused on load,
+/// naming the field; a damaged file names the problem.
+fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(2, ROWS, 3, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.kiln");
+    let mut run = trainer::<B>(&device, config(), 1);
+    run.train_batch(batches[0].clone()).unwrap();
+    let error = run.save_checkpoint(&path).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::CheckpointMidWindow {
+                step: 1,
+                pending: 1
+            }
+        ),
+        "{error}"
+    );
+    run.train_batch(batches[1].clone()).unwrap();
+    run.save_checkpoint(&path).unwrap();
+
+    let mut other = trainer::<B>(&device, config().with_accumulation_steps(4), 1);
+    let error = other.load_checkpoint(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("accumulation_steps") && error.contains("a.kiln"),
+        "{error}"
+    );
+
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    let damaged = dir.path().join("damaged.kiln");
+    std::fs::write(&damaged, bytes).unwrap();
+    let error = other.load_checkpoint(&damaged).unwrap_err().to_string();
+    assert!(error.contains("checksum"), "{error}");
+    let missing = other
+        .load_checkpoint(Path::new("/nonexistent/x.kiln"))
+        .unwrap_err();
+    assert!(
+        matches!(missing, Error::CheckpointIo { action: "read", .. }),
+        "{missing}"
+    );
+}
+
+crate::backend_tests!(
+    resumed_run_is_bit_identical,
+    fit_checkpoints_rotate_and_resume,
+    checkpoint_errors_are_explicit,
+);
