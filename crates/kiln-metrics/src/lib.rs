@@ -1,1 +1,63 @@
-//! Trajectory-forecasting metrics (work in progress: see issue 5).
+//! Trajectory-forecasting metrics exactly as Argoverse 1 and 2, nuScenes and Waymo define them.
+//!
+//! ADE, FDE, minADE@K, minFDE@K, miss rate@K, brier-minADE/FDE, p-minADE/FDE and p-MR, at
+//! several horizons and K values in one pass, as one streaming [`TrajectoryMetrics`] state that
+//! implements kiln-core's [`Metric`](kiln_core::Metric) seam: sum/count accumulators merge
+//! exactly across threads, ranks and devices.
+//!
+//! - **Policies** ([`MetricsConfig`]): mode selection, miss rule, top-K pruning, mask handling,
+//!   probability checks; presets [`argoverse1`](MetricsConfig::argoverse1),
+//!   [`argoverse2`](MetricsConfig::argoverse2), [`nuscenes`](MetricsConfig::nuscenes) and
+//!   [`waymo`](MetricsConfig::waymo) reproduce each benchmark's numbers.
+//! - **Two paths, one state**: host `f32` slices ([`TrajectoryBatch`], optionally on rayon's
+//!   threads) and Burn tensors on any backend, reduced on the device.
+//! - **Errors, not panics**: bad shapes, K = 0, NaN or infinite values and probabilities the
+//!   policy rejects come back as an [`Error`] naming the field, agent and position.
+//! - `per_mode`: av2-style per-hypothesis building blocks.
+//!
+//! # Example
+//!
+//! ```
+//! use kiln_core::Metric;
+//! use kiln_metrics::{BatchShape, MetricsConfig, TrajectoryBatch, TrajectoryMetrics};
+//!
+//! // Two agents, one mode, two steps: the first forecast is exact, the second ends 3 m off.
+//! let truth = [0.0, 0.0, 1.0, 0.0, /* agent 1 */ 0.0, 0.0, 0.0, 1.0];
+//! let predictions = [0.0, 0.0, 1.0, 0.0, /* agent 1 */ 0.0, 0.0, 0.0, 4.0];
+//! let batch = TrajectoryBatch::new(BatchShape::new(2, 1, 2), &predictions, &truth)?;
+//!
+//! let mut metrics = TrajectoryMetrics::new(MetricsConfig::argoverse2())?;
+//! metrics.update(&batch)?;
+//! let report = metrics.compute();
+//! assert_eq!(report.at(6).unwrap().min_fde, Some(1.5));
+//! assert_eq!(report.at(6).unwrap().miss_rate, Some(0.5));
+//! # Ok::<(), kiln_metrics::Error>(())
+//! ```
+
+mod batch;
+mod config;
+mod error;
+mod host;
+mod metric;
+mod mode_errors;
+pub mod per_mode;
+mod policy;
+mod presets;
+mod report;
+mod selection;
+mod sums;
+mod tensor;
+mod validate;
+
+pub use batch::{BatchShape, TrajectoryBatch};
+pub use config::{Horizon, MetricsConfig, MissBox};
+pub use error::{Error, Result};
+pub use host::Parallelism;
+pub use metric::TrajectoryMetrics;
+pub use policy::{
+    FinalStep, MissRule, ModeSelection, ProbabilityCheck, ProbabilityPolicy, Pruning, SpeedScaling,
+    TieOrder,
+};
+pub use report::{HorizonReport, MetricReport, TopKReport};
+pub use sums::{HorizonSums, Mean, MetricSums, TopKSums};
+pub use tensor::TensorTrajectoryBatch;

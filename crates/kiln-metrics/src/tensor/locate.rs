@@ -1,0 +1,217 @@
+//! Input checks on the device, and naming the culprit on the host when one fails.
+//!
+//! Each check is a `[P]` row of per-prediction violation counts that rides along with the
+//! metric rows in the batch's single read-back. Only when a count is non-zero is the offending
+//! row copied to the host, where the host validators produce the same error as the host path.
+
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+use crate::Error;
+use crate::config::MetricsConfig;
+use crate::policy::ProbabilityCheck;
+use crate::tensor::TensorTrajectoryBatch;
+use crate::validate::{check_finite, check_probability_row};
+
+/// One field's per-prediction violation counts.
+pub(crate) struct Check<B: Backend> {
+    pub field: &'static str,
+    pub flags: Tensor<B, 1>,
+}
+
+/// The checks of every field present in `batch`, in a fixed order.
+pub(crate) fn checks<B: Backend>(
+    config: &MetricsConfig,
+    batch: &TensorTrajectoryBatch<B>,
+) -> Vec<Check<B>> {
+    let units = batch.agents() / config.agents_per_prediction;
+    let per_unit = |flags: Tensor<B, 1>| {
+        flags
+            .reshape([units, config.agents_per_prediction])
+            .sum_dim(1)
+            .reshape([units])
+    };
+    let (n, k, t) = (batch.agents(), batch.modes(), batch.steps());
+    let mut checks = vec![
+        Check {
+            field: "predictions",
+            flags: per_unit(
+                batch
+                    .predictions
+                    .clone()
+                    .is_finite()
+                    .bool_not()
+                    .float()
+                    .reshape([n, k * t * 2])
+                    .sum_dim(1)
+                    .reshape([n]),
+            ),
+        },
+        Check {
+            field: "ground_truth",
+            flags: per_unit(
+                batch
+                    .ground_truth
+                    .clone()
+                    .is_finite()
+                    .bool_not()
+                    .float()
+                    .reshape([n, t * 2])
+                    .sum_dim(1)
+                    .reshape([n]),
+            ),
+        },
+    ];
+    for (field, tensor) in [("velocity", &batch.velocity), ("heading", &batch.heading)] {
+        if let Some(tensor) = tensor {
+            let flags = tensor
+                .clone()
+                .is_finite()
+                .bool_not()
+                .float()
+                .sum_dim(1)
+                .reshape([n]);
+            checks.push(Check {
+                field,
+                flags: per_unit(flags),
+            });
+        }
+    }
+    if let Some(p) = &batch.probabilities {
+        let policy = config.probabilities;
+        let mut bad = p.clone().is_finite().bool_not().float() + p.clone().lower_elem(0.0).float();
+        if !matches!(policy.check, ProbabilityCheck::NonNegative) {
+            bad = bad + p.clone().greater_elem(1.0).float();
+        }
+        let mut flags = bad.sum_dim(1);
+        let total = p.clone().sum_dim(1);
+        if let ProbabilityCheck::SumToOne { tolerance } = policy.check {
+            flags = flags
+                + total
+                    .clone()
+                    .sub_scalar(1.0)
+                    .abs()
+                    .greater_elem(tolerance as f32)
+                    .float();
+        }
+        if policy.renormalize {
+            flags = flags + total.lower_equal_elem(0.0).float();
+        }
+        checks.push(Check {
+            field: "probabilities",
+            flags: flags.reshape([units]),
+        });
+    }
+    checks
+}
+
+/// The error for a failed check: the first flagged prediction's row is read back and checked
+/// on the host, which names the agent and position.
+pub(crate) fn locate_error<B: Backend>(
+    config: &MetricsConfig,
+    batch: &TensorTrajectoryBatch<B>,
+    check: &Check<B>,
+) -> Error {
+    let flags = match read(check.flags.clone()) {
+        Ok(flags) => flags,
+        Err(error) => return error,
+    };
+    let Some(unit) = flags.iter().position(|&flag| flag > 0.0) else {
+        return Error::Device {
+            reason: format!(
+                "`{}` was flagged as invalid but no prediction is",
+                check.field
+            ),
+        };
+    };
+    let (k, t) = (batch.modes(), batch.steps());
+    let per_prediction = config.agents_per_prediction;
+    if check.field == "probabilities" {
+        let Some(p) = &batch.probabilities else {
+            return Error::Device {
+                reason: "probabilities were checked but are absent".into(),
+            };
+        };
+        return match read(p.clone().narrow(0, unit, 1).reshape([k])) {
+            Err(error) => error,
+            Ok(row) => match check_probability_row(&config.probabilities, unit, &row) {
+                Err(error) => error,
+                // Only a sum within f32 rounding of the tolerance passes on the host.
+                Ok(()) => Error::ProbabilitiesNotNormalized {
+                    prediction: unit,
+                    sum: row.iter().map(|&p| f64::from(p)).sum(),
+                    tolerance: match config.probabilities.check {
+                        ProbabilityCheck::SumToOne { tolerance } => tolerance,
+                        _ => 0.0,
+                    },
+                },
+            },
+        };
+    }
+    for agent in unit * per_prediction..(unit + 1) * per_prediction {
+        let found = match check.field {
+            "predictions" => read(
+                batch
+                    .predictions
+                    .clone()
+                    .narrow(0, agent, 1)
+                    .reshape([k * t * 2]),
+            )
+            .map(|row| check_finite("predictions", &row, &[k, t, 2], &["mode", "step", ""])),
+            "ground_truth" => read(
+                batch
+                    .ground_truth
+                    .clone()
+                    .narrow(0, agent, 1)
+                    .reshape([t * 2]),
+            )
+            .map(|row| check_finite("ground_truth", &row, &[t, 2], &["step", ""])),
+            "velocity" => read_optional(&batch.velocity, agent, 2)
+                .map(|row| check_finite("velocity", &row, &[2], &[""])),
+            _ => read_optional(&batch.heading, agent, t)
+                .map(|row| check_finite("heading", &row, &[t], &["step"])),
+        };
+        match found {
+            Err(error) => return error,
+            Ok(Err(Error::NonFinite {
+                field,
+                position,
+                value,
+                ..
+            })) => {
+                return Error::NonFinite {
+                    field,
+                    agent,
+                    position,
+                    value,
+                };
+            }
+            Ok(Err(error)) => return error,
+            Ok(Ok(())) => {}
+        }
+    }
+    Error::Device {
+        reason: format!(
+            "`{}` of prediction {unit} was flagged as non-finite but reads back finite",
+            check.field
+        ),
+    }
+}
+
+fn read_optional<B: Backend>(
+    tensor: &Option<Tensor<B, 2>>,
+    agent: usize,
+    len: usize,
+) -> Result<Vec<f32>, Error> {
+    match tensor {
+        Some(tensor) => read(tensor.clone().narrow(0, agent, 1).reshape([len])),
+        None => Ok(Vec::new()),
+    }
+}
+
+fn read<B: Backend>(tensor: Tensor<B, 1>) -> Result<Vec<f32>, Error> {
+    let data = tensor.try_into_data().map_err(|error| Error::Device {
+        reason: error.to_string(),
+    })?;
+    Ok(data.iter::<f32>().collect())
+}

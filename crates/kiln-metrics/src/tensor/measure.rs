@@ -1,0 +1,297 @@
+//! The tensor path: every metric reduced on the device, one small read-back per batch.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+
+use crate::config::MetricsConfig;
+use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
+use crate::sums::{Mean, MetricSums};
+use crate::tensor::TensorTrajectoryBatch;
+use crate::tensor::locate::{checks, locate_error};
+use crate::tensor::mode_errors::{DeviceErrors, Displacements, horizon_errors};
+use crate::{Error, Result};
+
+/// Per-prediction rows are summed in blocks of this many on the device; the host adds the
+/// block sums in `f64`, which keeps `f32` rounding near that of the host path.
+const BLOCK: usize = 256;
+
+/// Measures one batch on its device and returns its sums (or the first invalid value).
+pub(crate) fn measure_tensors<B: Backend>(
+    config: &MetricsConfig,
+    batch: &TensorTrajectoryBatch<B>,
+) -> Result<MetricSums> {
+    let (n, k, steps) = (batch.agents(), batch.modes(), batch.steps());
+    let per_prediction = config.agents_per_prediction;
+    if !n.is_multiple_of(per_prediction) {
+        return Err(Error::AgentsNotGroupable {
+            agents: n,
+            agents_per_prediction: per_prediction,
+        });
+    }
+    let units = n / per_prediction;
+    if let Some(p) = &batch.probabilities
+        && p.dims()[0] != units
+    {
+        return Err(Error::ShapeMismatch {
+            field: "probabilities",
+            expected: format!("[{units}, {k}] (one row per prediction)"),
+            actual: format!("{:?}", p.dims()),
+        });
+    }
+    if config.needs_motion() {
+        for (field, present) in [
+            ("velocity", batch.velocity.is_some()),
+            ("heading", batch.heading.is_some()),
+        ] {
+            if !present {
+                return Err(Error::MissingInput {
+                    field,
+                    needed_by: "the lateral/longitudinal miss rule",
+                });
+            }
+        }
+    }
+    let last_steps = config
+        .horizons
+        .iter()
+        .enumerate()
+        .map(|(index, horizon)| horizon.resolve(index, steps))
+        .collect::<Result<Vec<_>>>()?;
+    let mut sums = MetricSums::zeros(config.horizons.len(), config.top_k.len());
+    if units == 0 {
+        return Ok(sums);
+    }
+
+    let checks = checks(config, batch);
+    let mut rows: Vec<Tensor<B, 1>> = checks.iter().map(|check| check.flags.clone()).collect();
+    let mut slots: Vec<Slot> = Vec::new();
+
+    let used = last_steps.iter().copied().max().unwrap_or(0) + 1;
+    let shared = Displacements::new(batch, used);
+    let rank = rank_modes(
+        config.pruning,
+        batch.probabilities.as_ref(),
+        units,
+        k,
+        &batch.predictions.device(),
+    );
+    let kept_counts = config.kept_modes(k);
+    for (h, &last_step) in last_steps.iter().enumerate() {
+        let errors = horizon_errors(
+            config,
+            batch,
+            &shared,
+            last_step,
+            config.horizons[h].miss_box,
+        );
+        let mut push = |value: Tensor<B, 2>, ok: &Tensor<B, 2>, slot: Slot| {
+            rows.push((value * ok.clone()).reshape([units]));
+            rows.push(ok.clone().reshape([units]));
+            slots.push(slot);
+        };
+        let top = rank.clone().equal_elem(0.0).float();
+        push(
+            (errors.ade.clone() * top.clone()).sum_dim(1),
+            &errors.has_path,
+            Slot::Ade(h),
+        );
+        push(
+            (errors.fde.clone() * top).sum_dim(1),
+            &errors.has_final,
+            Slot::Fde(h),
+        );
+        for (index, &kept) in kept_counts.iter().enumerate() {
+            let values = select(config, &errors, &rank, kept, batch.probabilities.as_ref());
+            for (metric, (value, ok)) in values.into_iter().enumerate() {
+                push(value, &ok, Slot::TopK(h, index, metric));
+            }
+        }
+    }
+
+    let totals = read_block_sums(rows, units)?;
+    if let Some(failed) = totals[..checks.len()]
+        .iter()
+        .position(|&flagged| flagged > 0.0)
+    {
+        return Err(locate_error(config, batch, &checks[failed]));
+    }
+    for horizon in &mut sums.horizons {
+        horizon.units = units as u64;
+    }
+    for (&slot, pair) in slots.iter().zip(totals[checks.len()..].chunks_exact(2)) {
+        if let Some(mean) = mean_at(&mut sums, slot) {
+            *mean = Mean {
+                sum: pair[0],
+                count: pair[1].round() as u64,
+            };
+        }
+    }
+    Ok(sums)
+}
+
+/// Where a pair of (value, count) rows goes in the sums.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Ade(usize),
+    Fde(usize),
+    /// Horizon, K index, position in `TopKSums::means_mut`.
+    TopK(usize, usize, usize),
+}
+
+fn mean_at(sums: &mut MetricSums, slot: Slot) -> Option<&mut Mean> {
+    match slot {
+        Slot::Ade(h) => Some(&mut sums.horizons[h].ade),
+        Slot::Fde(h) => Some(&mut sums.horizons[h].fde),
+        Slot::TopK(h, index, metric) => sums.horizons[h].top_k[index]
+            .means_mut()
+            .into_iter()
+            .nth(metric),
+    }
+}
+
+/// Rank of each mode `[P, K]` as floats: 0 for the best-ranked.
+fn rank_modes<B: Backend>(
+    pruning: Pruning,
+    probabilities: Option<&Tensor<B, 2>>,
+    units: usize,
+    k: usize,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    let submission = || {
+        Tensor::<B, 1, Int>::arange(0..k as i64, device)
+            .float()
+            .reshape([1, k])
+            .expand([units, k])
+    };
+    let (Pruning::ByProbability { ties }, Some(p)) = (pruning, probabilities) else {
+        return submission();
+    };
+    // rank[a] = #{b: p[b] > p[a]} + #{b ranked before a among equal p}: a stable order without a sort.
+    let mine = p.clone().unsqueeze_dim::<3>(2).expand([units, k, k]);
+    let others = p.clone().unsqueeze_dim::<3>(1).expand([units, k, k]);
+    let before: Vec<bool> = (0..k)
+        .flat_map(|a| {
+            (0..k).map(move |b| match ties {
+                TieOrder::LowerIndexFirst => b < a,
+                TieOrder::HigherIndexFirst => b > a,
+            })
+        })
+        .collect();
+    let before = Tensor::<B, 3, Bool>::from_data(TensorData::new(before, [1, k, k]), device)
+        .expand([units, k, k]);
+    let higher = others.clone().greater(mine.clone()).float().sum_dim(2);
+    let tied_before = others.equal(mine).bool_and(before).float().sum_dim(2);
+    (higher + tied_before).reshape([units, k])
+}
+
+/// The eight `TopKSums` values of one K as (value, ok) pairs, in `means_mut` order.
+fn select<B: Backend>(
+    config: &MetricsConfig,
+    errors: &DeviceErrors<B>,
+    rank: &Tensor<B, 2>,
+    kept: usize,
+    probabilities: Option<&Tensor<B, 2>>,
+) -> Vec<(Tensor<B, 2>, Tensor<B, 2>)> {
+    let [units, k] = rank.dims();
+    let dropped = rank.clone().greater_equal_elem(kept as f32);
+    // The best kept mode by `values`, earliest rank on ties, as a one-hot [P, K] and its value.
+    let best = |values: &Tensor<B, 2>| {
+        let masked = values.clone().mask_fill(dropped.clone(), f32::INFINITY);
+        let minimum = masked.clone().min_dim(1);
+        let candidate = masked.equal(minimum.clone().expand([units, k]));
+        let chosen = rank
+            .clone()
+            .mask_fill(candidate.bool_not(), k as f32)
+            .min_dim(1);
+        (
+            rank.clone().equal(chosen.expand([units, k])).float(),
+            minimum,
+        )
+    };
+    let (fde_mode, min_fde) = best(&errors.fde);
+    let (ade_mode, min_ade) = match config.selection {
+        ModeSelection::MinFde => {
+            let value = (errors.ade.clone() * fde_mode.clone()).sum_dim(1);
+            (fde_mode.clone(), value)
+        }
+        ModeSelection::Independent => best(&errors.ade),
+    };
+    let missed = match config.selection {
+        ModeSelection::MinFde => (errors.miss.clone() * fde_mode.clone()).sum_dim(1),
+        ModeSelection::Independent => errors
+            .miss
+            .clone()
+            .mask_fill(dropped.clone(), 1.0)
+            .min_dim(1),
+    };
+    let ade_ok = match config.selection {
+        ModeSelection::MinFde => errors.has_final.clone(),
+        ModeSelection::Independent => errors.has_path.clone(),
+    };
+    let fde_ok = errors.has_final.clone();
+    let miss_needs_final = !matches!(config.miss, MissRule::MaxDistance { .. })
+        || config.selection == ModeSelection::MinFde;
+    let miss_ok = if miss_needs_final {
+        fde_ok.clone()
+    } else {
+        errors.has_path.clone()
+    };
+
+    let mut values = vec![
+        (min_ade.clone(), ade_ok.clone()),
+        (min_fde.clone(), fde_ok.clone()),
+        (missed.clone(), miss_ok.clone()),
+    ];
+    let zero = || Tensor::<B, 2>::zeros([units, 1], &rank.device());
+    match probabilities {
+        Some(p) => {
+            let policy = config.probabilities;
+            let probability_of = |mode: &Tensor<B, 2>| {
+                let p_mode = (p.clone() * mode.clone()).sum_dim(1);
+                if policy.renormalize {
+                    let kept_sum = p.clone().mask_fill(dropped.clone(), 0.0).sum_dim(1);
+                    p_mode / kept_sum
+                } else {
+                    p_mode
+                }
+            };
+            let (p_ade, p_fde) = (probability_of(&ade_mode), probability_of(&fde_mode));
+            let brier = |p: Tensor<B, 2>| p.neg().add_scalar(1.0).powi_scalar(2);
+            let penalty =
+                |p: Tensor<B, 2>| p.clamp_min(policy.low_probability_floor as f32).log().neg();
+            let p_miss = missed.clone()
+                + (missed.neg().add_scalar(1.0)) * p_fde.clone().neg().add_scalar(1.0);
+            values.extend([
+                (min_ade.clone() + brier(p_ade.clone()), ade_ok.clone()),
+                (min_fde.clone() + brier(p_fde.clone()), fde_ok.clone()),
+                (min_ade + penalty(p_ade), ade_ok),
+                (min_fde + penalty(p_fde), fde_ok.clone()),
+                (p_miss, miss_ok * fde_ok),
+            ]);
+        }
+        None => values.extend((0..5).map(|_| (zero(), zero()))),
+    }
+    values
+}
+
+/// Stacks the `[P]` rows, sums them in blocks on the device, reads the block sums back once and
+/// adds them up in `f64`: one total per row.
+fn read_block_sums<B: Backend>(rows: Vec<Tensor<B, 1>>, units: usize) -> Result<Vec<f64>> {
+    let count = rows.len();
+    let device = rows[0].device();
+    let blocks = units.div_ceil(BLOCK);
+    let mut stacked: Tensor<B, 2> = Tensor::stack(rows, 0);
+    if blocks * BLOCK > units {
+        let padding = Tensor::zeros([count, blocks * BLOCK - units], &device);
+        stacked = Tensor::cat(vec![stacked, padding], 1);
+    }
+    let partial = stacked.reshape([count, blocks, BLOCK]).sum_dim(2);
+    let data = partial.try_into_data().map_err(|error| Error::Device {
+        reason: error.to_string(),
+    })?;
+    let values: Vec<f64> = data.iter::<f64>().collect();
+    Ok(values
+        .chunks_exact(blocks)
+        .map(|row| row.iter().sum())
+        .collect())
+}

@@ -1,0 +1,188 @@
+//! Per-hypothesis errors on the device, mirroring the host kernel in `mode_errors.rs`.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
+
+use crate::config::{MetricsConfig, MissBox};
+use crate::policy::{FinalStep, MissRule};
+use crate::tensor::TensorTrajectoryBatch;
+
+/// Per-prediction errors of one horizon; `[P, K]` values and `[P, 1]` 0/1 flags.
+pub(crate) struct DeviceErrors<B: Backend> {
+    pub ade: Tensor<B, 2>,
+    pub fde: Tensor<B, 2>,
+    pub miss: Tensor<B, 2>,
+    pub has_path: Tensor<B, 2>,
+    pub has_final: Tensor<B, 2>,
+}
+
+/// Displacements shared by every horizon: `diff [N, K, U, 2]` and `distance [N, K, U]`
+/// over the first `U` steps.
+pub(crate) struct Displacements<B: Backend> {
+    pub diff: Tensor<B, 4>,
+    pub distance: Tensor<B, 3>,
+}
+
+impl<B: Backend> Displacements<B> {
+    pub(crate) fn new(batch: &TensorTrajectoryBatch<B>, used_steps: usize) -> Self {
+        let [n, k, _, _] = batch.predictions.dims();
+        let predictions = batch.predictions.clone().narrow(2, 0, used_steps);
+        let truth = batch.ground_truth.clone().narrow(1, 0, used_steps);
+        let diff = predictions - truth.unsqueeze_dim::<4>(1);
+        let distance = diff
+            .clone()
+            .powi_scalar(2)
+            .sum_dim(3)
+            .sqrt()
+            .reshape([n, k, used_steps]);
+        Self { diff, distance }
+    }
+}
+
+/// The errors of every agent at the horizon ending at `last_step`, grouped into predictions.
+pub(crate) fn horizon_errors<B: Backend>(
+    config: &MetricsConfig,
+    batch: &TensorTrajectoryBatch<B>,
+    shared: &Displacements<B>,
+    last_step: usize,
+    miss_box: Option<MissBox>,
+) -> DeviceErrors<B> {
+    let [n, k, _, _] = shared.diff.dims();
+    let steps = last_step + 1;
+    let device = shared.diff.device();
+    let distance = shared.distance.clone().narrow(2, 0, steps);
+    let ones = || Tensor::<B, 2>::ones([n, 1], &device);
+
+    // Per agent: ADE [N, K], FDE [N, K], final displacement [N, K, 2], final heading [N, 1].
+    let (ade, fde, max, final_diff, final_heading, has_path, has_final);
+    match &batch.valid {
+        None => {
+            ade = distance
+                .clone()
+                .sum_dim(2)
+                .reshape([n, k])
+                .div_scalar(steps as f32);
+            fde = distance.clone().narrow(2, last_step, 1).reshape([n, k]);
+            max = distance.max_dim(2).reshape([n, k]);
+            final_diff = shared
+                .diff
+                .clone()
+                .narrow(2, last_step, 1)
+                .reshape([n, k, 2]);
+            final_heading = batch.heading.clone().map(|h| h.narrow(1, last_step, 1));
+            has_path = ones();
+            has_final = ones();
+        }
+        Some(valid) => {
+            let valid = valid.clone().narrow(1, 0, steps).float();
+            let count = valid.clone().sum_dim(1);
+            let masked = distance * valid.clone().unsqueeze_dim::<3>(1);
+            ade = masked.clone().sum_dim(2).reshape([n, k]) / count.clone().clamp_min(1.0);
+            max = masked.clone().max_dim(2).reshape([n, k]);
+            has_path = count.greater_elem(0.0).float();
+            // One-hot [N, S] of the final step; all zero when there is none.
+            let (one_hot, final_flag) = match config.final_step {
+                FinalStep::LastValid => {
+                    let positions = Tensor::<B, 1, Int>::arange(1..steps as i64 + 1, &device)
+                        .float()
+                        .reshape([1, steps]);
+                    let last = (valid.clone() * positions.clone()).max_dim(1);
+                    let one_hot = positions
+                        .expand([n, steps])
+                        .equal(last.clone().expand([n, steps]))
+                        .float();
+                    (one_hot, last.greater_elem(0.0).float())
+                }
+                FinalStep::AtHorizon => {
+                    let flag = valid.clone().narrow(1, last_step, 1);
+                    let one_hot = Tensor::<B, 2>::zeros([n, steps], &device)
+                        .slice_assign([0..n, last_step..steps], flag.clone());
+                    (one_hot, flag)
+                }
+            };
+            fde = (masked * one_hot.clone().unsqueeze_dim::<3>(1))
+                .sum_dim(2)
+                .reshape([n, k]);
+            let diff = shared.diff.clone().narrow(2, 0, steps);
+            final_diff = (diff * one_hot.clone().reshape([n, 1, steps, 1]))
+                .sum_dim(2)
+                .reshape([n, k, 2]);
+            final_heading = batch
+                .heading
+                .clone()
+                .map(|h| (h.narrow(1, 0, steps) * one_hot).sum_dim(1));
+            has_final = final_flag;
+        }
+    }
+
+    let miss = match config.miss {
+        MissRule::FinalDistance { threshold_m } => {
+            fde.clone().greater_elem(threshold_m as f32).float()
+        }
+        MissRule::MaxDistance {
+            threshold_m,
+            inclusive: true,
+        } => max.greater_equal_elem(threshold_m as f32).float(),
+        MissRule::MaxDistance { threshold_m, .. } => max.greater_elem(threshold_m as f32).float(),
+        MissRule::LateralLongitudinal { speed_scaling: s } => {
+            // Motion inputs and the box are checked before any tensor work.
+            match (final_heading, &batch.velocity, miss_box) {
+                (Some(heading), Some(velocity), Some(miss_box)) => {
+                    let speed = velocity.clone().powi_scalar(2).sum_dim(1).sqrt();
+                    let fraction = speed
+                        .sub_scalar(s.lower_speed_mps as f32)
+                        .div_scalar((s.upper_speed_mps - s.lower_speed_mps) as f32)
+                        .clamp(0.0, 1.0);
+                    let scale = fraction
+                        .mul_scalar((s.upper_scale - s.lower_scale) as f32)
+                        .add_scalar(s.lower_scale as f32);
+                    let (sin, cos) = (heading.clone().sin(), heading.cos());
+                    let dx = final_diff.clone().narrow(2, 0, 1).reshape([n, k]);
+                    let dy = final_diff.narrow(2, 1, 1).reshape([n, k]);
+                    let longitudinal = dx.clone() * cos.clone() + dy.clone() * sin.clone();
+                    let lateral = dy * cos - dx * sin;
+                    let lateral_miss =
+                        (lateral.abs() / scale.clone()).greater_elem(miss_box.lateral_m as f32);
+                    let longitudinal_miss =
+                        (longitudinal.abs() / scale).greater_elem(miss_box.longitudinal_m as f32);
+                    lateral_miss.bool_or(longitudinal_miss).float()
+                }
+                _ => Tensor::zeros([n, k], &device),
+            }
+        }
+    };
+
+    group(
+        config.agents_per_prediction,
+        DeviceErrors {
+            ade,
+            fde,
+            miss,
+            has_path,
+            has_final,
+        },
+    )
+}
+
+/// Joint predictions: mean errors over each group's agents, a miss when any agent misses, a
+/// value only when every agent has one.
+fn group<B: Backend>(agents_per_prediction: usize, errors: DeviceErrors<B>) -> DeviceErrors<B> {
+    if agents_per_prediction == 1 {
+        return errors;
+    }
+    let [n, k] = errors.ade.dims();
+    let (units, a) = (n / agents_per_prediction, agents_per_prediction);
+    let mean = |t: Tensor<B, 2>| t.reshape([units, a, k]).mean_dim(1).reshape([units, k]);
+    let flags = |t: Tensor<B, 2>| t.reshape([units, a]).min_dim(1);
+    DeviceErrors {
+        ade: mean(errors.ade),
+        fde: mean(errors.fde),
+        miss: errors
+            .miss
+            .reshape([units, a, k])
+            .max_dim(1)
+            .reshape([units, k]),
+        has_path: flags(errors.has_path),
+        has_final: flags(errors.has_final),
+    }
+}
