@@ -1,0 +1,88 @@
+//! Loader settings.
+
+use crate::{Error, Result};
+
+/// How a [`Loader`](crate::Loader) runs: worker threads, prefetch depth and the last batch.
+///
+/// None of these change which samples come out or in which order; only `drop_last` changes
+/// whether the last, short batch comes out at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoaderConfig {
+    /// Persistent worker threads that read blocks and collate batches (default: the available
+    /// parallelism, at most 8).
+    pub workers: usize,
+    /// Batches assembled ahead of the consumer (default 4). Blocks are read as far ahead as
+    /// these batches need, plus at most one extra block per worker.
+    pub prefetch_batches: usize,
+    /// Drop the last batch of an epoch when it is shorter than the batch size (default false).
+    pub drop_last: bool,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+        Self {
+            workers,
+            prefetch_batches: 4,
+            drop_last: false,
+        }
+    }
+}
+
+impl LoaderConfig {
+    /// The default settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the number of worker threads.
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Sets how many batches are assembled ahead of the consumer.
+    pub fn with_prefetch_batches(mut self, prefetch_batches: usize) -> Self {
+        self.prefetch_batches = prefetch_batches;
+        self
+    }
+
+    /// Sets whether a short last batch is dropped.
+    pub fn with_drop_last(mut self, drop_last: bool) -> Self {
+        self.drop_last = drop_last;
+        self
+    }
+
+    /// Fails unless there is at least one worker and one batch of prefetch.
+    pub fn validate(&self) -> Result<()> {
+        if self.workers == 0 {
+            return Err(Error::InvalidConfig(
+                "the loader needs at least 1 worker".to_owned(),
+            ));
+        }
+        if self.prefetch_batches == 0 {
+            return Err(Error::InvalidConfig(
+                "the loader needs a prefetch depth of at least 1 batch".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_zeros_are_not() {
+        assert!(LoaderConfig::default().validate().is_ok());
+        let error = LoaderConfig::new().with_workers(0).validate().unwrap_err();
+        assert!(error.to_string().contains("at least 1 worker"), "{error}");
+        assert!(
+            LoaderConfig::new()
+                .with_prefetch_batches(0)
+                .validate()
+                .is_err()
+        );
+    }
+}

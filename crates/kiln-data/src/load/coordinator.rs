@@ -1,0 +1,331 @@
+//! The per-epoch coordinator: dispatches block reads in schedule order, assembles batches in
+//! plan order, hands them to workers for collation, and frees blocks after their last use.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::{Receiver, Sender, select, unbounded};
+use kiln_core::{Block, BlockIndex, BlockLayout, BlockSource, Plan};
+
+use super::collate::Collate;
+use super::pool::Message;
+use super::schedule::EpochSchedule;
+use crate::{BoxError, Error, Result};
+
+/// A batch (by index within the epoch) or the error that ends the epoch at that batch.
+pub(crate) type Delivery<O> = (u64, Result<O>);
+
+type BlockResult<I> = (BlockIndex, Result<Vec<I>>);
+
+/// Everything the coordinator thread owns for one epoch.
+pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
+    pub(crate) source: Arc<S>,
+    pub(crate) collate: Arc<C>,
+    pub(crate) jobs: Sender<Message>,
+    pub(crate) plan: Arc<Plan>,
+    pub(crate) schedule: EpochSchedule,
+    /// Per position: move (true) or clone (false) the sample; `None` means always move.
+    pub(crate) last_occurrence: Option<Vec<bool>>,
+    pub(crate) prefetch_batches: u64,
+    pub(crate) workers: usize,
+    /// Batch index of the epoch's first batch (non-zero after a resume), for messages.
+    pub(crate) first_batch: u64,
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) credits: Receiver<()>,
+    pub(crate) output: Sender<Delivery<C::Output>>,
+}
+
+/// A block's samples while it is in use; taken samples leave `None` behind.
+struct Resident<I> {
+    first_sample: u64,
+    samples: Vec<Option<I>>,
+}
+
+/// Mutable progress through the epoch.
+struct Progress<I> {
+    /// Next entry of `schedule.uses` to dispatch.
+    next_read: usize,
+    /// Per `uses` entry: its block arrived (or was freed after arriving).
+    arrived: Vec<bool>,
+    /// Length of the prefix of `uses` that has arrived.
+    ready_prefix: usize,
+    resident: HashMap<BlockIndex, Resident<I>>,
+    /// Next entry of `by_last_use` to free.
+    next_free: usize,
+    /// Batches handed to the consumer (from its credits).
+    consumed: u64,
+    /// Batches assembled and sent for collation.
+    assembled: u64,
+    /// The earliest failing batch and its error.
+    failure: Option<(u64, Error)>,
+}
+
+impl<S, C> Coordinator<S, C>
+where
+    S: BlockSource + BlockLayout + 'static,
+    S::Item: Clone + 'static,
+    C: Collate<S::Item> + 'static,
+    C::Output: 'static,
+{
+    /// Runs the epoch; a bug here (a panic) still reaches the consumer as an error.
+    pub(crate) fn run(self) {
+        let mut assembled = 0;
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.drive(&mut assembled)));
+        if let Err(payload) = outcome {
+            let error = Error::panicked("scheduling the epoch".to_owned(), payload);
+            let _ = self.output.send((assembled, Err(error)));
+        }
+    }
+
+    fn drive(&self, assembled_out: &mut u64) {
+        let (results_tx, results) = unbounded::<BlockResult<S::Item>>();
+        let index_of_use: HashMap<BlockIndex, usize> = self
+            .schedule
+            .uses
+            .iter()
+            .enumerate()
+            .map(|(index, used)| (used.block, index))
+            .collect();
+        let mut progress = Progress {
+            next_read: 0,
+            arrived: vec![false; self.schedule.uses.len()],
+            ready_prefix: 0,
+            resident: HashMap::new(),
+            next_free: 0,
+            consumed: 0,
+            assembled: 0,
+            failure: None,
+        };
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            let batch_limit =
+                (progress.consumed + self.prefetch_batches).min(self.schedule.batches);
+            self.dispatch_reads(&mut progress, batch_limit, &results_tx);
+            self.assemble_ready(&mut progress, batch_limit);
+            *assembled_out = progress.assembled;
+            if let Some((batch, _)) = &progress.failure
+                && progress.assembled >= *batch
+            {
+                if let Some((batch, error)) = progress.failure.take() {
+                    let _ = self.output.send((batch, Err(error)));
+                }
+                return;
+            }
+            if progress.assembled == self.schedule.batches {
+                return;
+            }
+            select! {
+                recv(results) -> message => {
+                    if let Ok((block, result)) = message {
+                        self.receive_block(&mut progress, &index_of_use, block, result);
+                    }
+                }
+                recv(self.credits) -> credit => match credit {
+                    Ok(()) => progress.consumed += 1,
+                    // The consumer dropped the epoch.
+                    Err(_) => return,
+                },
+            }
+        }
+    }
+
+    /// Reads every block the prefetch window needs, plus up to one block per worker beyond it
+    /// so no worker idles while the consumer is busy.
+    fn dispatch_reads(
+        &self,
+        progress: &mut Progress<S::Item>,
+        batch_limit: u64,
+        results: &Sender<BlockResult<S::Item>>,
+    ) {
+        let uses = &self.schedule.uses;
+        let window_end = self.schedule.end_of_batches(batch_limit);
+        let failed_at = progress
+            .failure
+            .as_ref()
+            .map(|(batch, _)| self.schedule.end_of_batches(*batch));
+        while let Some(used) = uses.get(progress.next_read) {
+            if failed_at.is_some_and(|end| used.first_use >= end) {
+                break;
+            }
+            if used.first_use >= window_end {
+                let in_window =
+                    uses[..progress.next_read].partition_point(|used| used.first_use < window_end);
+                if progress.next_read - in_window >= self.workers {
+                    break;
+                }
+            }
+            self.submit_read(used.block, results.clone());
+            progress.next_read += 1;
+        }
+    }
+
+    fn submit_read(&self, block: BlockIndex, results: Sender<BlockResult<S::Item>>) {
+        let source = Arc::clone(&self.source);
+        let cancel = Arc::clone(&self.cancel);
+        let Block { file, rows, .. } = self.source.blocks()[block as usize];
+        let job = Box::new(move || {
+            if cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            let read = catch_unwind(AssertUnwindSafe(|| source.read_block(block)));
+            let result = match read {
+                Err(payload) => Err(Error::panicked(
+                    format!("reading block {block} (file {file})"),
+                    payload,
+                )),
+                Ok(Err(error)) => Err(Error::from_source(block, file, error)),
+                Ok(Ok(samples)) if samples.len() as u64 != rows => Err(Error::Source {
+                    block,
+                    file,
+                    source: BoxError::from(format!(
+                        "the source returned {} samples for a block of {rows} rows",
+                        samples.len()
+                    )),
+                }),
+                Ok(Ok(samples)) => Ok(samples),
+            };
+            let _ = results.send((block, result));
+        });
+        let _ = self.jobs.send(Message::Run(job));
+    }
+
+    fn receive_block(
+        &self,
+        progress: &mut Progress<S::Item>,
+        index_of_use: &HashMap<BlockIndex, usize>,
+        block: BlockIndex,
+        result: Result<Vec<S::Item>>,
+    ) {
+        let Some(&index) = index_of_use.get(&block) else {
+            return;
+        };
+        match result {
+            Ok(samples) => {
+                let first_sample = self.source.blocks()[block as usize].first_sample;
+                let samples = samples.into_iter().map(Some).collect();
+                progress.resident.insert(
+                    block,
+                    Resident {
+                        first_sample,
+                        samples,
+                    },
+                );
+                progress.arrived[index] = true;
+                while progress.arrived.get(progress.ready_prefix) == Some(&true) {
+                    progress.ready_prefix += 1;
+                }
+            }
+            Err(error) => {
+                let batch = self.schedule.batch_of(self.schedule.uses[index].first_use);
+                if progress
+                    .failure
+                    .as_ref()
+                    .is_none_or(|(earliest, _)| batch < *earliest)
+                {
+                    progress.failure = Some((batch, error));
+                }
+            }
+        }
+    }
+
+    /// Assembles, in order, every batch whose blocks have all arrived, up to the limit and
+    /// short of a failed batch.
+    fn assemble_ready(&self, progress: &mut Progress<S::Item>, batch_limit: u64) {
+        while progress.assembled < batch_limit {
+            if progress
+                .failure
+                .as_ref()
+                .is_some_and(|(batch, _)| progress.assembled >= *batch)
+            {
+                return;
+            }
+            let range = self.schedule.batch_range(progress.assembled);
+            if progress.ready_prefix < self.schedule.uses_before(range.end) {
+                return;
+            }
+            match self.take_samples(progress, range.clone()) {
+                Ok(samples) => self.submit_collate(progress.assembled, samples),
+                Err(error) => {
+                    progress.failure = Some((progress.assembled, error));
+                    return;
+                }
+            }
+            // Free every block whose last use is now assembled.
+            let by_last_use = &self.schedule.by_last_use;
+            while let Some(&(last_use, block)) = by_last_use.get(progress.next_free) {
+                if last_use >= range.end {
+                    break;
+                }
+                progress.resident.remove(&block);
+                progress.next_free += 1;
+            }
+            progress.assembled += 1;
+        }
+    }
+
+    fn take_samples(
+        &self,
+        progress: &mut Progress<S::Item>,
+        positions: std::ops::Range<u64>,
+    ) -> Result<Vec<S::Item>> {
+        let order = self.plan.order();
+        let mut samples = Vec::with_capacity((positions.end - positions.start) as usize);
+        let mut current: Option<(BlockIndex, std::ops::Range<u64>)> = None;
+        for position in positions {
+            let sample = order[position as usize];
+            let block = match &current {
+                Some((block, range)) if range.contains(&sample) => *block,
+                _ => {
+                    let block =
+                        self.source
+                            .block_of(sample)
+                            .ok_or_else(|| Error::PlanMismatch {
+                                reason: format!(
+                                    "plan position {position} names unknown sample {sample}"
+                                ),
+                            })?;
+                    current = Some((block, self.source.blocks()[block as usize].samples()));
+                    block
+                }
+            };
+            let missing = || Error::PlanMismatch {
+                reason: format!(
+                    "sample {sample} at plan position {position} is in block {block}, which the \
+                     plan's schedule does not hold there (was the plan built for another layout?)"
+                ),
+            };
+            let resident = progress.resident.get_mut(&block).ok_or_else(missing)?;
+            let slot = resident
+                .samples
+                .get_mut((sample - resident.first_sample) as usize)
+                .ok_or_else(missing)?;
+            let moved = self
+                .last_occurrence
+                .as_ref()
+                .is_none_or(|last| last[position as usize]);
+            let item = if moved { slot.take() } else { slot.clone() };
+            samples.push(item.ok_or_else(missing)?);
+        }
+        Ok(samples)
+    }
+
+    fn submit_collate(&self, batch: u64, samples: Vec<S::Item>) {
+        let collate = Arc::clone(&self.collate);
+        let output = self.output.clone();
+        let cancel = Arc::clone(&self.cancel);
+        let label = self.first_batch + batch;
+        let job = Box::new(move || {
+            if cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            let result = catch_unwind(AssertUnwindSafe(|| collate.collate(samples)))
+                .map_err(|payload| Error::panicked(format!("collating batch {label}"), payload));
+            let _ = output.send((batch, result));
+        });
+        let _ = self.jobs.send(Message::Run(job));
+    }
+}

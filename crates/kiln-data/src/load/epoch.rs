@@ -1,0 +1,190 @@
+//! The consumer side of an epoch: batches in plan order, wait times, the resume position.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use kiln_core::{Event, Observer, Plan, Position};
+
+use super::coordinator::Delivery;
+use super::schedule::EpochSchedule;
+use crate::{Error, Result};
+
+/// One epoch of batches, in plan order: an iterator of `Result<batch>`.
+///
+/// Batches come out strictly in plan order whatever the worker count. A failed block read, a
+/// failing transform or a panic in a worker ends the epoch with one `Err` naming the block and
+/// file (or batch), after every batch before it; the iterator then returns `None`. Dropping
+/// the epoch early stops its background work: pending reads and collations are skipped and the
+/// coordinator thread is joined.
+pub struct Epoch<'loader, O> {
+    plan: Arc<Plan>,
+    schedule: EpochSchedule,
+    first_batch: u64,
+    delivered_batches: u64,
+    delivered_samples: u64,
+    finished: bool,
+    pending: BTreeMap<u64, Result<O>>,
+    output: Receiver<Delivery<O>>,
+    credits: Option<Sender<()>>,
+    cancel: Arc<AtomicBool>,
+    coordinator: Option<JoinHandle<()>>,
+    observers: Arc<Vec<Arc<dyn Observer>>>,
+    loader: PhantomData<&'loader ()>,
+}
+
+/// The channels and thread an [`Epoch`] consumes from.
+pub(crate) struct EpochParts<O> {
+    pub(crate) plan: Arc<Plan>,
+    pub(crate) schedule: EpochSchedule,
+    pub(crate) output: Receiver<Delivery<O>>,
+    pub(crate) credits: Sender<()>,
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) coordinator: Option<JoinHandle<()>>,
+    pub(crate) observers: Arc<Vec<Arc<dyn Observer>>>,
+}
+
+impl<O> Epoch<'_, O> {
+    pub(crate) fn new(parts: EpochParts<O>) -> Self {
+        let first_batch = parts.plan.already_consumed() / parts.plan.batch_size();
+        Self {
+            finished: parts.schedule.batches == 0,
+            plan: parts.plan,
+            schedule: parts.schedule,
+            first_batch,
+            delivered_batches: 0,
+            delivered_samples: 0,
+            pending: BTreeMap::new(),
+            output: parts.output,
+            credits: Some(parts.credits),
+            cancel: parts.cancel,
+            coordinator: parts.coordinator,
+            observers: parts.observers,
+            loader: PhantomData,
+        }
+    }
+
+    /// The epoch being delivered.
+    pub fn epoch(&self) -> u64 {
+        self.plan.epoch()
+    }
+
+    /// Batches this epoch delivers in all (after any resume skip; with `drop_last`, whole
+    /// batches only).
+    pub fn batches(&self) -> u64 {
+        self.schedule.batches
+    }
+
+    /// Batches delivered so far.
+    pub fn delivered_batches(&self) -> u64 {
+        self.delivered_batches
+    }
+
+    /// The position to save for an exact resume: after the batches delivered so far (the start
+    /// of the next epoch once every batch was delivered).
+    pub fn position(&self) -> Position {
+        if self.delivered_batches == self.schedule.batches && !self.has_failed() {
+            return Position::start_of(self.plan.epoch() + 1);
+        }
+        // Delivered counts whole batches of the plan, so it is always a valid position.
+        self.plan
+            .position_after(self.delivered_samples)
+            .unwrap_or(Position {
+                epoch: self.plan.epoch(),
+                consumed: self.plan.already_consumed() + self.delivered_samples,
+            })
+    }
+
+    fn has_failed(&self) -> bool {
+        self.finished && self.delivered_batches < self.schedule.batches
+    }
+
+    /// Blocks until batch `delivered_batches` is available.
+    fn wait_for_next(&mut self) -> Result<O> {
+        let wanted = self.delivered_batches;
+        loop {
+            if let Some(result) = self.pending.remove(&wanted) {
+                return result;
+            }
+            match self.output.recv() {
+                Ok((batch, result)) => {
+                    self.pending.insert(batch, result);
+                }
+                Err(_) => {
+                    return Err(Error::LoaderStopped {
+                        delivered: wanted,
+                        reason: "every background thread of the epoch exited".to_owned(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl<O> Iterator for Epoch<'_, O> {
+    type Item = Result<O>;
+
+    fn next(&mut self) -> Option<Result<O>> {
+        if self.finished {
+            return None;
+        }
+        let started = Instant::now();
+        let result = self.wait_for_next();
+        let wait = started.elapsed();
+        let batch = match result {
+            Ok(batch) => batch,
+            Err(error) => {
+                self.finished = true;
+                return Some(Err(error));
+            }
+        };
+        let range = self.schedule.batch_range(self.delivered_batches);
+        let samples = range.end - range.start;
+        let event = Event::BatchReady {
+            epoch: self.plan.epoch(),
+            batch: self.first_batch + self.delivered_batches,
+            samples,
+            wait,
+        };
+        self.delivered_batches += 1;
+        self.delivered_samples += samples;
+        self.finished = self.delivered_batches == self.schedule.batches;
+        if let Some(credits) = &self.credits {
+            let _ = credits.send(());
+        }
+        for observer in self.observers.iter() {
+            observer.on_event(&event);
+        }
+        Some(Ok(batch))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = (self.schedule.batches - self.delivered_batches) as usize;
+        (0, Some(left))
+    }
+}
+
+impl<O> Drop for Epoch<'_, O> {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        // Disconnecting the credits wakes the coordinator, which then exits.
+        self.credits.take();
+        if let Some(coordinator) = self.coordinator.take() {
+            let _ = coordinator.join();
+        }
+    }
+}
+
+impl<O> std::fmt::Debug for Epoch<'_, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epoch")
+            .field("epoch", &self.plan.epoch())
+            .field("batches", &self.schedule.batches)
+            .field("delivered_batches", &self.delivered_batches)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,17 @@
+//! The prefetching loader that executes epoch plans.
+
+mod burn_collate;
+mod collate;
+mod config;
+mod coordinator;
+mod epoch;
+mod loader;
+mod pool;
+mod schedule;
+
+pub use burn_collate::BurnCollate;
+pub use collate::{Collate, CollateFn, NoCollate, collate_fn};
+pub use config::LoaderConfig;
+pub use epoch::Epoch;
+pub use loader::Loader;
+pub use schedule::MemoryBound;

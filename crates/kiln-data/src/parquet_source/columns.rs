@@ -1,0 +1,133 @@
+//! Typed column access for row decoders, with errors that name the column and row.
+
+use arrow_array::types::ArrowPrimitiveType;
+use arrow_array::{Array, PrimitiveArray, RecordBatch};
+
+use crate::DecodeError;
+
+/// The column `name` of `batch` as the concrete array type `A`.
+///
+/// Fails, naming the column, when the batch has no such column or it has another type.
+pub fn column<'a, A: Array + 'static>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Result<&'a A, DecodeError> {
+    let array = batch.column_by_name(name).ok_or_else(|| {
+        let columns: Vec<&str> = batch
+            .schema_ref()
+            .fields()
+            .iter()
+            .map(|field| field.name().as_str())
+            .collect();
+        DecodeError::new(format!(
+            "no such column in the row group (columns: {})",
+            columns.join(", ")
+        ))
+        .in_column(name)
+    })?;
+    array.as_any().downcast_ref::<A>().ok_or_else(|| {
+        DecodeError::new(format!(
+            "has type {} but the decoder expects {}",
+            array.data_type(),
+            std::any::type_name::<A>()
+        ))
+        .in_column(name)
+    })
+}
+
+/// The column `name` as a primitive array of `T`; nulls are allowed.
+pub fn primitive<'a, T: ArrowPrimitiveType>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Result<&'a PrimitiveArray<T>, DecodeError> {
+    let array = batch.column_by_name(name);
+    if let Some(array) = array
+        && array.data_type() != &T::DATA_TYPE
+    {
+        return Err(DecodeError::new(format!(
+            "has type {} but the decoder expects {}",
+            array.data_type(),
+            T::DATA_TYPE
+        ))
+        .in_column(name));
+    }
+    column::<PrimitiveArray<T>>(batch, name)
+}
+
+/// The values of the primitive column `name`, which must hold no nulls.
+///
+/// A null is reported with its column and the row of the first one, as
+/// [`Error::Decode`](crate::Error::Decode) once the source adds the file and row group.
+pub fn required_values<'a, T: ArrowPrimitiveType>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Result<&'a [T::Native], DecodeError> {
+    let array = primitive::<T>(batch, name)?;
+    reject_nulls(array, name)?;
+    Ok(array.values())
+}
+
+/// Fails, naming the column and the first null row, when `array` holds a null.
+pub fn reject_nulls(array: &dyn Array, name: &str) -> Result<(), DecodeError> {
+    if array.null_count() == 0 {
+        return Ok(());
+    }
+    let first = (0..array.len())
+        .find(|&row| array.is_null(row))
+        .unwrap_or(0);
+    Err(DecodeError::new(format!(
+        "{} null values where the decoder accepts none",
+        array.null_count()
+    ))
+    .in_column(name)
+    .at_row(first as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::types::{Float32Type, Int64Type};
+    use arrow_array::{Float32Array, Int64Array};
+
+    use super::*;
+
+    fn batch() -> RecordBatch {
+        RecordBatch::try_from_iter([
+            ("x", Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0])) as _),
+            (
+                "y",
+                Arc::new(Int64Array::from(vec![Some(1), None, None])) as _,
+            ),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn typed_values_come_back() {
+        let batch = batch();
+        assert_eq!(
+            required_values::<Float32Type>(&batch, "x").unwrap(),
+            &[1.0, 2.0, 3.0]
+        );
+        assert_eq!(primitive::<Int64Type>(&batch, "y").unwrap().null_count(), 2);
+    }
+
+    #[test]
+    fn nulls_are_rejected_with_the_first_row() {
+        let error = required_values::<Int64Type>(&batch(), "y").unwrap_err();
+        assert_eq!(error.column(), Some("y"));
+        assert_eq!(error.row(), Some(1));
+        assert!(error.reason().contains("2 null values"), "{error}");
+    }
+
+    #[test]
+    fn missing_and_mistyped_columns_are_named() {
+        let batch = batch();
+        let missing = required_values::<Float32Type>(&batch, "z").unwrap_err();
+        assert_eq!(missing.column(), Some("z"));
+        assert!(missing.reason().contains("columns: x, y"), "{missing}");
+        let mistyped = required_values::<Int64Type>(&batch, "x").unwrap_err();
+        assert!(mistyped.reason().contains("has type Float32"), "{mistyped}");
+    }
+}

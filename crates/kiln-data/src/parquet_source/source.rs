@@ -1,0 +1,293 @@
+//! `ParquetSource`: Parquet files as a block layout and block source, one row group per block.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use kiln_core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout};
+use rayon::prelude::*;
+
+use super::discover::{Input, discover};
+use super::file::ParquetFile;
+use super::projection::schema_difference;
+use crate::{ArrowRows, Error, Result, RowDecoder};
+
+/// A dataset of Parquet files read one whole row group at a time.
+///
+/// Each row group is a block of the [`BlockLayout`]; every footer is read once when the source
+/// is built and kept, so a block read is one sequential read of the row group's projected
+/// column chunks followed by one decode, never a row at a time. Rows become items through a
+/// [`RowDecoder`] (by default [`ArrowRows`], one-row Arrow batches); whole row groups are
+/// available as Arrow batches through [`read_record_batch`](Self::read_record_batch).
+///
+/// The layout fingerprint covers each file's path, size and modification time, the row-group
+/// sizes, the projected columns and the decoder's fingerprint, so caches keyed by it never
+/// serve data from a changed file. A file that changes after the source was built is refused
+/// with [`Error::FileChanged`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use kiln_core::{BlockLayout, BlockSource};
+/// use kiln_data::arrow_array::{Int64Array, RecordBatch};
+/// use kiln_data::parquet::arrow::ArrowWriter;
+/// use kiln_data::ParquetSource;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let batch = RecordBatch::try_from_iter([
+///     ("id", Arc::new(Int64Array::from_iter_values(0..10)) as _),
+/// ]).unwrap();
+/// let file = std::fs::File::create(dir.path().join("part-0.parquet")).unwrap();
+/// let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+/// writer.write(&batch).unwrap();
+/// writer.close().unwrap();
+///
+/// let source = ParquetSource::builder().dir(dir.path()).build().unwrap();
+/// assert_eq!(source.num_samples(), 10);
+/// let rows = source.read_block(0).unwrap();
+/// assert_eq!(rows.len(), 10);
+/// ```
+#[derive(Debug)]
+pub struct ParquetSource<D = ArrowRows> {
+    files: Vec<ParquetFile>,
+    layout: Layout,
+    fingerprint: Fingerprint,
+    columns: Option<Vec<String>>,
+    decoder: D,
+    bytes_read: AtomicU64,
+}
+
+/// Chooses the files and columns of a [`ParquetSource`].
+#[derive(Debug, Clone, Default)]
+pub struct ParquetSourceBuilder {
+    inputs: Vec<Input>,
+    columns: Option<Vec<String>>,
+}
+
+impl ParquetSourceBuilder {
+    /// Adds one file, whatever its extension.
+    pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.inputs.push(Input::File(path.into()));
+        self
+    }
+
+    /// Adds files in the given order.
+    pub fn files<P: Into<PathBuf>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.inputs
+            .extend(paths.into_iter().map(|path| Input::File(path.into())));
+        self
+    }
+
+    /// Adds every `*.parquet` file under a directory, recursively, in path order.
+    pub fn dir(mut self, path: impl Into<PathBuf>) -> Self {
+        self.inputs.push(Input::Dir(path.into()));
+        self
+    }
+
+    /// Adds every file matching a glob pattern (`data/**/*.parquet`), in path order.
+    pub fn glob(mut self, pattern: impl Into<String>) -> Self {
+        self.inputs.push(Input::Glob(pattern.into()));
+        self
+    }
+
+    /// Decodes only these top-level columns (all columns when never called).
+    pub fn columns<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.columns = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Opens every file and reads its footer, with rows as one-row Arrow batches.
+    pub fn build(self) -> Result<ParquetSource<ArrowRows>> {
+        self.build_with(ArrowRows)
+    }
+
+    /// Opens every file and reads its footer (in parallel), with rows decoded by `decoder`.
+    ///
+    /// Fails with an error naming the file for a missing file, a non-Parquet or truncated file,
+    /// a missing column, or a schema that differs from the first file's.
+    pub fn build_with<D: RowDecoder>(self, decoder: D) -> Result<ParquetSource<D>> {
+        let paths = discover(&self.inputs)?;
+        let columns = self.columns.as_deref();
+        let opened: Vec<Result<ParquetFile>> = paths
+            .par_iter()
+            .map(|path| ParquetFile::open(path, columns))
+            .collect();
+        let files = opened.into_iter().collect::<Result<Vec<_>>>()?;
+        check_schemas(&files)?;
+        let mut builder = Layout::builder();
+        for file in &files {
+            builder.add_file(file.identity(), &file.row_group_rows());
+        }
+        let layout = builder.build()?;
+        let fingerprint = source_fingerprint(&layout, self.columns.as_deref(), &decoder);
+        Ok(ParquetSource {
+            files,
+            layout,
+            fingerprint,
+            columns: self.columns,
+            decoder,
+            bytes_read: AtomicU64::new(0),
+        })
+    }
+}
+
+fn check_schemas(files: &[ParquetFile]) -> Result<()> {
+    let Some((first, rest)) = files.split_first() else {
+        return Ok(());
+    };
+    let reference = &first.projection().schema;
+    for file in rest {
+        if let Some(difference) = schema_difference(&file.projection().schema, reference) {
+            return Err(Error::SchemaMismatch {
+                path: file.path().to_owned(),
+                reference: first.path().to_owned(),
+                difference,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn source_fingerprint(
+    layout: &Layout,
+    columns: Option<&[String]>,
+    decoder: &impl RowDecoder,
+) -> Fingerprint {
+    let mut builder = Fingerprint::builder()
+        .str("kiln-data parquet source")
+        .fingerprint(layout.fingerprint());
+    match columns {
+        None => builder = builder.str("all columns"),
+        Some(columns) => {
+            builder = builder.u64(columns.len() as u64);
+            for column in columns {
+                builder = builder.str(column);
+            }
+        }
+    }
+    builder.fingerprint(decoder.fingerprint()).finish()
+}
+
+impl ParquetSource<ArrowRows> {
+    /// Starts choosing files and columns.
+    pub fn builder() -> ParquetSourceBuilder {
+        ParquetSourceBuilder::default()
+    }
+}
+
+impl<D: RowDecoder> ParquetSource<D> {
+    /// The same files and columns with another decoder (no file is reopened).
+    pub fn with_decoder<E: RowDecoder>(self, decoder: E) -> ParquetSource<E> {
+        let fingerprint = source_fingerprint(&self.layout, self.columns.as_deref(), &decoder);
+        ParquetSource {
+            files: self.files,
+            layout: self.layout,
+            fingerprint,
+            columns: self.columns,
+            decoder,
+            bytes_read: self.bytes_read,
+        }
+    }
+
+    /// The files, in layout order (file id `i` is `paths()[i]`).
+    pub fn paths(&self) -> impl ExactSizeIterator<Item = &Path> {
+        self.files.iter().map(ParquetFile::path)
+    }
+
+    /// The file a block belongs to.
+    pub fn path_of(&self, block: BlockIndex) -> Option<&Path> {
+        let block = self.layout.blocks().get(block as usize)?;
+        self.files.get(block.file as usize).map(ParquetFile::path)
+    }
+
+    /// The Arrow schema of the decoded (projected) columns.
+    pub fn schema(&self) -> SchemaRef {
+        // Files are checked to agree, and a source has at least one file.
+        self.files
+            .first()
+            .map(|file| file.projection().schema.clone())
+            .unwrap_or_else(|| std::sync::Arc::new(arrow_schema::Schema::empty()))
+    }
+
+    /// The decoder.
+    pub fn decoder(&self) -> &D {
+        &self.decoder
+    }
+
+    /// Bytes read from disk by block reads so far (footers excluded).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// One whole row group (block) as a single Arrow batch of the projected columns.
+    pub fn read_record_batch(&self, block: BlockIndex) -> Result<RecordBatch> {
+        let (file, row_group) = self.locate(block)?;
+        let (batch, bytes) = file.read_row_group(row_group)?;
+        self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        Ok(batch)
+    }
+
+    fn locate(&self, block: BlockIndex) -> Result<(&ParquetFile, usize)> {
+        let no_such_block = || Error::NoSuchBlock {
+            block,
+            blocks: self.layout.num_blocks(),
+        };
+        let Block {
+            file,
+            index_in_file,
+            ..
+        } = *self
+            .layout
+            .blocks()
+            .get(block as usize)
+            .ok_or_else(no_such_block)?;
+        let file = self.files.get(file as usize).ok_or_else(no_such_block)?;
+        Ok((file, index_in_file as usize))
+    }
+}
+
+impl<D> BlockLayout for ParquetSource<D> {
+    fn blocks(&self) -> &[Block] {
+        self.layout.blocks()
+    }
+    fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
+    fn num_files(&self) -> usize {
+        self.layout.num_files()
+    }
+}
+
+impl<D: RowDecoder> BlockSource for ParquetSource<D> {
+    type Item = D::Item;
+    type Error = Error;
+
+    fn read_block(&self, block: BlockIndex) -> Result<Vec<D::Item>> {
+        let batch = self.read_record_batch(block)?;
+        let (file, row_group) = self.locate(block)?;
+        let mut items = Vec::with_capacity(batch.num_rows());
+        self.decoder
+            .decode(&batch, &mut items)
+            .map_err(|error| Error::Decode {
+                path: file.path().to_owned(),
+                row_group,
+                column: error.column().map(str::to_owned),
+                row: error.row(),
+                reason: error.reason().to_owned(),
+            })?;
+        if items.len() != batch.num_rows() {
+            return Err(Error::Decode {
+                path: file.path().to_owned(),
+                row_group,
+                column: None,
+                row: None,
+                reason: format!(
+                    "the decoder produced {} items for {} rows (it must produce one per row)",
+                    items.len(),
+                    batch.num_rows()
+                ),
+            });
+        }
+        Ok(items)
+    }
+}
