@@ -15,6 +15,8 @@ pub(crate) struct BatchPlan {
     pub max_step: usize,
     /// Kept modes per configured K.
     pub kept: Vec<usize>,
+    /// Indices into `kept` from the fewest kept modes to the most, for one running selection.
+    pub kept_ascending: Vec<usize>,
     /// Miss boxes per horizon (lateral/longitudinal rule only).
     pub boxes: Vec<Option<MissBox>>,
 }
@@ -23,10 +25,14 @@ impl BatchPlan {
     pub(crate) fn new(config: &MetricsConfig, last_steps: Vec<usize>, modes: usize) -> Self {
         let mut ascending: Vec<usize> = (0..last_steps.len()).collect();
         ascending.sort_by_key(|&h| last_steps[h]);
+        let kept = config.kept_modes(modes);
+        let mut kept_ascending: Vec<usize> = (0..kept.len()).collect();
+        kept_ascending.sort_by_key(|&index| kept[index]);
         Self {
             max_step: last_steps.iter().copied().max().unwrap_or(0),
             ascending,
-            kept: config.kept_modes(modes),
+            kept,
+            kept_ascending,
             boxes: config.horizons.iter().map(|h| h.miss_box).collect(),
             last_steps,
         }

@@ -63,7 +63,8 @@ pub(crate) fn accumulate_unit(
         let mut any_hit = false;
         let mut kept_probability = 0.0f64;
         let mut rank = 0;
-        for (entry, &kept) in horizon.top_k.iter_mut().zip(&plan.kept) {
+        for &index in &plan.kept_ascending {
+            let kept = plan.kept[index];
             // Extend the running selection to the `kept` best-ranked modes.
             while rank < kept {
                 let mode = order[rank];
@@ -106,7 +107,10 @@ pub(crate) fn accumulate_unit(
                 ade_probability: probability(ade_mode),
                 fde_probability: probability(best_fde),
             };
-            values.add_to(entry, config.probabilities.low_probability_floor);
+            values.add_to(
+                &mut horizon.top_k[index],
+                config.probabilities.low_probability_floor,
+            );
         }
     }
 }

@@ -29,9 +29,8 @@ impl<B: Backend> Displacements<B> {
         let predictions = batch.predictions.clone().narrow(2, 0, used_steps);
         let truth = batch.ground_truth.clone().narrow(1, 0, used_steps);
         let diff = predictions - truth.unsqueeze_dim::<4>(1);
-        let distance = diff
-            .clone()
-            .powi_scalar(2)
+        // `x * x`, not `powi`: the host's operations, so exact ties stay ties on both paths.
+        let distance = (diff.clone() * diff.clone())
             .sum_dim(3)
             .sqrt()
             .reshape([n, k, used_steps]);
