@@ -35,7 +35,7 @@
 //!
 //! ```
 //! use kiln_core::{BlockLayout, Fingerprint, Layout, PlanRequest, Position, Sampler, Shard};
-//! use kiln_sampler::{BlockShuffleConfig, RemainderPolicy};
+//! use kiln_sampler::{BlockShuffleConfig, RemainderPolicy, quality};
 //!
 //! // 40 files of 300 rows, each in two row groups.
 //! let mut builder = Layout::builder();
@@ -60,10 +60,15 @@
 //! assert_eq!(position, Position { epoch: 0, consumed: 320 });
 //! let resumed = sampler.resume(&layout, &request, position)?;
 //! assert_eq!(resumed.order(), &plan.order()[160..]);
+//!
+//! // How well does one rank's order mix files, next to a uniform shuffle?
+//! let report = quality::measure(&layout, plan.order(), &quality::QualityOptions::new(16))?;
+//! assert!(report.whole.distinct_ratio() > 0.5);
 //! # Ok::<(), kiln_sampler::Error>(())
 //! ```
 
 mod block_shuffle;
+pub mod quality;
 mod random;
 mod rng;
 mod sequential;

@@ -30,7 +30,6 @@ pub(crate) enum Purpose {
     /// The samples repeated by [`RemainderPolicy::Pad`](crate::RemainderPolicy::Pad).
     Pad = 5,
     /// Monte Carlo estimates of ideal shuffle quality.
-    #[allow(dead_code)] // the quality module lands next
     MonteCarlo = 6,
 }
 
@@ -70,12 +69,6 @@ impl PlanRng {
             }
         }
         (product >> 64) as u64
-    }
-
-    /// A uniform float in `[0, 1)` with 53 random bits.
-    #[allow(dead_code)] // the quality module lands next
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// Fisher-Yates (Durstenfeld) shuffle in place: every permutation equally likely.
@@ -137,16 +130,6 @@ mod tests {
         assert_eq!(rng.below(1), 0);
         let huge = u64::MAX - 3;
         assert!((0..1000).all(|_| rng.below(huge) < huge));
-    }
-
-    #[test]
-    fn unit_is_in_range() {
-        let mut rng = PlanRng::new(7, 0, Purpose::MonteCarlo);
-        let values: Vec<f64> = (0..10_000).map(|_| rng.unit()).collect();
-        assert!(values.iter().all(|v| (0.0..1.0).contains(v)));
-        let mean = values.iter().sum::<f64>() / values.len() as f64;
-        // sd of the mean is 1/sqrt(12 * 10000) ~ 0.0029.
-        assert!((mean - 0.5).abs() < 0.015, "{mean}");
     }
 
     #[test]
