@@ -47,6 +47,7 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 
+mod block_finder;
 mod error;
 mod event;
 mod fingerprint;

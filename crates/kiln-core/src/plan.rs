@@ -1,6 +1,6 @@
 //! Epoch plans: the emission order of one rank's samples and the block schedule behind it.
 
-use crate::layout::block_of;
+use crate::block_finder::BlockFinder;
 use crate::{Block, BlockIndex, BlockLayout, Error, Position, Result, SampleId, Shard};
 
 /// When the loader needs a block: the plan positions of its first and last use.
@@ -225,13 +225,14 @@ impl Plan {
 fn schedule_of(order: &[SampleId], blocks: &[Block]) -> Result<Vec<BlockUse>> {
     let samples = blocks.last().map_or(0, Block::end);
     let mut uses: Vec<Option<(u64, u64)>> = vec![None; blocks.len()];
+    let finder = BlockFinder::new(blocks);
     let mut current: Option<(BlockIndex, std::ops::Range<SampleId>)> = None;
     for (position, &sample) in order.iter().enumerate() {
-        // Consecutive samples usually share a block: skip the binary search then.
+        // Consecutive samples often share a block: skip the lookup then.
         let block = match &current {
             Some((index, range)) if range.contains(&sample) => *index,
             _ => {
-                let index = block_of(blocks, sample).ok_or_else(|| {
+                let index = finder.find(sample).ok_or_else(|| {
                     Error::InvalidConfig(format!(
                         "plan position {position} names sample {sample}, but the layout has {samples} samples"
                     ))

@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use kiln_core::{Block, BlockIndex, SampleId};
 
-use super::weights::WeightTree;
+use super::weights::LaneWeights;
 use crate::rng::PlanRng;
 
 /// One open slot: the block being read and the blocks still queued for it.
@@ -107,12 +107,12 @@ fn run_stratified(
         .iter()
         .map(|lane| lane.queue.iter().map(|&b| blocks[b as usize].rows).sum())
         .collect();
-    let mut tree = WeightTree::new(&weights);
+    let mut weights = LaneWeights::new(weights);
     for lane in &mut lanes {
         lane.open_next(blocks);
     }
-    while tree.total() > 0 {
-        let index = tree.find(rng.below(tree.total()));
+    while weights.total() > 0 {
+        let index = weights.pick(rng);
         let lane = &mut lanes[index];
         out.push(lane.open.start);
         lane.open.start += 1;
@@ -120,7 +120,7 @@ fn run_stratified(
             // The lane's weight already counts the rows of its queued blocks.
             lane.open_next(blocks);
         }
-        tree.subtract(index, 1);
+        weights.take_one(index);
     }
 }
 
@@ -140,18 +140,18 @@ fn run_shared_queue(
         open.push(shared.open.clone());
         weights.push(rows);
     }
-    let mut tree = WeightTree::new(&weights);
-    while tree.total() > 0 {
-        let index = tree.find(rng.below(tree.total()));
+    let mut weights = LaneWeights::new(weights);
+    while weights.total() > 0 {
+        let index = weights.pick(rng);
         let range = &mut open[index];
         out.push(range.start);
         range.start += 1;
-        tree.subtract(index, 1);
+        weights.take_one(index);
         if range.is_empty()
             && let Some(rows) = shared.open_next(blocks)
         {
             *range = shared.open.clone();
-            tree.add(index, rows);
+            weights.refill(index, rows);
         }
     }
 }

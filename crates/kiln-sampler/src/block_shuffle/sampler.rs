@@ -160,8 +160,8 @@ mod tests {
         }
     }
     const PINNED_STRATIFIED: [SampleId; 16] =
-        [4, 5, 12, 13, 14, 15, 7, 6, 9, 0, 10, 8, 2, 11, 1, 3];
-    const PINNED_SHARED: [SampleId; 16] = [0, 7, 1, 8, 9, 2, 10, 3, 12, 13, 14, 15, 11, 4, 5, 6];
+        [13, 15, 12, 14, 4, 5, 7, 6, 9, 0, 1, 8, 2, 11, 10, 3];
+    const PINNED_SHARED: [SampleId; 16] = [0, 1, 7, 2, 8, 9, 10, 11, 12, 13, 14, 15, 4, 5, 3, 6];
 
     #[test]
     fn windows_are_balanced_and_shuffled_in_place() {

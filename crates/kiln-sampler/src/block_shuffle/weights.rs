@@ -1,38 +1,45 @@
-//! Weighted choice among a few open lanes: a Fenwick tree of integer weights.
+//! Weighted choice among the open lanes, by rejection against an upper bound.
 
-/// Integer weights with O(log n) update and O(log n) "which item holds the `t`-th unit".
+use crate::rng::PlanRng;
+
+/// Integer weights, one per lane, and exact draws of a lane with probability
+/// `weight / total`.
 ///
-/// Drawing `t` uniformly in `0..total()` and calling [`find`](Self::find) picks item `i` with
-/// probability `weight[i] / total`, exactly (no floating point).
+/// A draw picks a uniformly random lane with weight left and accepts it with probability
+/// `weight / bound`, where `bound` is at least every weight; otherwise it tries again. Lanes of
+/// the block shuffle drain at nearly the same pace, so nearly every try is accepted and a draw
+/// costs two random numbers, where a Fenwick tree walk costs a chain of dependent loads per
+/// level. The bound is tightened to the current largest weight whenever tries start failing,
+/// which keeps the expected number of tries at most `lanes × max / total` plus a constant.
 #[derive(Debug, Clone)]
-pub(crate) struct WeightTree {
-    /// 1-based Fenwick array: `tree[i]` sums the weights of items `(i - lowbit(i), i]`.
-    tree: Vec<u64>,
+pub(crate) struct LaneWeights {
+    weights: Vec<u64>,
+    /// Lanes with weight left, in no particular order; `slot[lane]` is a lane's place in it.
+    active: Vec<u32>,
+    slot: Vec<u32>,
+    bound: u64,
     total: u64,
-    top_step: usize,
+    failed_tries: usize,
 }
 
-impl WeightTree {
-    /// A tree holding `weights`, built in O(n).
-    pub(crate) fn new(weights: &[u64]) -> Self {
-        let len = weights.len();
-        let mut tree = vec![0u64; len + 1];
-        tree[1..].copy_from_slice(weights);
-        for index in 1..=len {
-            let parent = index + (index & index.wrapping_neg());
-            if parent <= len {
-                tree[parent] += tree[index];
+impl LaneWeights {
+    /// Weights for lanes `0..weights.len()`.
+    pub(crate) fn new(weights: Vec<u64>) -> Self {
+        let mut active = Vec::with_capacity(weights.len());
+        let mut slot = vec![u32::MAX; weights.len()];
+        for (lane, &weight) in weights.iter().enumerate() {
+            if weight > 0 {
+                slot[lane] = active.len() as u32;
+                active.push(lane as u32);
             }
         }
-        let top_step = if len == 0 {
-            0
-        } else {
-            1 << (usize::BITS - 1 - len.leading_zeros())
-        };
         Self {
-            tree,
+            bound: weights.iter().copied().max().unwrap_or(0),
             total: weights.iter().sum(),
-            top_step,
+            weights,
+            active,
+            slot,
+            failed_tries: 0,
         }
     }
 
@@ -41,81 +48,106 @@ impl WeightTree {
         self.total
     }
 
-    /// The item whose share of the cumulative weights holds unit `target` (`target < total`).
-    pub(crate) fn find(&self, target: u64) -> usize {
-        debug_assert!(target < self.total);
-        let mut position = 0;
-        let mut remaining = target;
-        let mut step = self.top_step;
-        while step > 0 {
-            let next = position + step;
-            if next < self.tree.len() && self.tree[next] <= remaining {
-                position = next;
-                remaining -= self.tree[next];
+    /// Draws a lane with probability `weight / total`; `total` must be positive.
+    pub(crate) fn pick(&mut self, rng: &mut PlanRng) -> usize {
+        debug_assert!(self.total > 0);
+        loop {
+            let lane = self.active[rng.below(self.active.len() as u64) as usize] as usize;
+            if rng.below(self.bound) < self.weights[lane] {
+                return lane;
             }
-            step >>= 1;
+            self.failed_tries += 1;
+            if self.failed_tries > self.active.len() {
+                // Tries fail often: the bound has drifted above the weights; tighten it.
+                self.bound = self
+                    .active
+                    .iter()
+                    .map(|&l| self.weights[l as usize])
+                    .max()
+                    .unwrap_or(1);
+                self.failed_tries = 0;
+            }
         }
-        position
     }
 
-    /// Adds `amount` to item `index`'s weight.
-    pub(crate) fn add(&mut self, index: usize, amount: u64) {
-        self.total += amount;
-        let mut node = index + 1;
-        while node < self.tree.len() {
-            self.tree[node] += amount;
-            node += node & node.wrapping_neg();
+    /// Takes one unit from `lane`'s weight, which must be positive.
+    pub(crate) fn take_one(&mut self, lane: usize) {
+        self.weights[lane] -= 1;
+        self.total -= 1;
+        if self.weights[lane] == 0 {
+            // Swap-remove the lane from the active list.
+            let at = self.slot[lane] as usize;
+            let moved = *self.active.last().unwrap_or(&0);
+            self.active.swap_remove(at);
+            if at < self.active.len() {
+                self.slot[moved as usize] = at as u32;
+            }
+            self.slot[lane] = u32::MAX;
         }
     }
 
-    /// Subtracts `amount` from item `index`'s weight, which must hold at least that much.
-    pub(crate) fn subtract(&mut self, index: usize, amount: u64) {
-        self.total -= amount;
-        let mut node = index + 1;
-        while node < self.tree.len() {
-            self.tree[node] -= amount;
-            node += node & node.wrapping_neg();
+    /// Gives an empty `lane` a new weight (a lane that opened its next block).
+    pub(crate) fn refill(&mut self, lane: usize, weight: u64) {
+        debug_assert_eq!(self.weights[lane], 0);
+        if weight == 0 {
+            return;
         }
+        self.weights[lane] = weight;
+        self.total += weight;
+        self.bound = self.bound.max(weight);
+        self.slot[lane] = self.active.len() as u32;
+        self.active.push(lane as u32);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::Purpose;
 
     #[test]
-    fn find_maps_units_to_items_by_cumulative_weight() {
-        let tree = WeightTree::new(&[2, 0, 3, 1]);
-        assert_eq!(tree.total(), 6);
-        let owners: Vec<usize> = (0..6).map(|unit| tree.find(unit)).collect();
-        assert_eq!(owners, [0, 0, 2, 2, 2, 3]);
-    }
-
-    #[test]
-    fn updates_move_units_between_items() {
-        let weights = [5u64, 1, 0, 7, 2, 2, 9];
-        let mut tree = WeightTree::new(&weights);
-        tree.subtract(3, 7);
-        tree.add(2, 4);
-        tree.subtract(6, 8);
-        let expected = [5u64, 1, 4, 0, 2, 2, 1];
-        let mut owners = Vec::new();
-        for (item, &weight) in expected.iter().enumerate() {
-            owners.extend(std::iter::repeat_n(item, weight as usize));
+    fn draws_follow_the_weights() {
+        let mut weights = LaneWeights::new(vec![1, 0, 3, 6]);
+        let mut rng = PlanRng::new(1, 0, Purpose::Interleave);
+        let mut counts = [0u32; 4];
+        for _ in 0..100_000 {
+            counts[weights.pick(&mut rng)] += 1;
         }
-        assert_eq!(tree.total(), 15);
-        let found: Vec<usize> = (0..15).map(|unit| tree.find(unit)).collect();
-        assert_eq!(found, owners);
+        // Binomial sds are at most ~160; allow 6 sd.
+        let expected = [10_000i64, 0, 30_000, 60_000];
+        for (count, expected) in counts.iter().zip(expected) {
+            assert!((i64::from(*count) - expected).abs() < 1_000, "{counts:?}");
+        }
     }
 
     #[test]
-    fn single_and_power_of_two_sizes() {
-        let tree = WeightTree::new(&[3]);
-        assert_eq!((0..3).map(|u| tree.find(u)).collect::<Vec<_>>(), [0, 0, 0]);
-        let tree = WeightTree::new(&[1; 8]);
-        assert_eq!(
-            (0..8).map(|u| tree.find(u)).collect::<Vec<_>>(),
-            (0..8).collect::<Vec<_>>()
-        );
+    fn taking_and_refilling_keep_totals_and_membership() {
+        let mut weights = LaneWeights::new(vec![2, 1]);
+        let mut rng = PlanRng::new(2, 0, Purpose::Interleave);
+        weights.take_one(1);
+        assert_eq!(weights.total(), 2);
+        // Only lane 0 is left: every draw must return it.
+        assert!((0..100).all(|_| weights.pick(&mut rng) == 0));
+        weights.take_one(0);
+        weights.take_one(0);
+        assert_eq!(weights.total(), 0);
+        weights.refill(1, 5);
+        assert_eq!(weights.total(), 5);
+        assert!((0..100).all(|_| weights.pick(&mut rng) == 1));
+    }
+
+    #[test]
+    fn the_bound_tightens_when_weights_shrink() {
+        // One heavy lane drains to 1: draws must stay exact and finish quickly.
+        let mut weights = LaneWeights::new(vec![1_000_000, 1]);
+        let mut rng = PlanRng::new(3, 0, Purpose::Interleave);
+        for _ in 0..999_999 {
+            weights.take_one(0);
+        }
+        let mut counts = [0u32; 2];
+        for _ in 0..10_000 {
+            counts[weights.pick(&mut rng)] += 1;
+        }
+        assert!((i64::from(counts[0]) - 5_000).abs() < 400, "{counts:?}");
     }
 }
