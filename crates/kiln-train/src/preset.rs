@@ -3,10 +3,10 @@
 //! | preset | trainer settings | Burn features | runtime |
 //! |---|---|---|---|
 //! | `max_speed` | bf16-mixed (f16 + scaler, then f32, where unsupported), no grad-norm tracking, no anomaly checks, no syncs beyond the one readback per step | `cuda` (= Burn `cuda` + `fusion` + `autotune`) | autotune level `balanced`; as many loader workers as cores |
-//! | `reproducible` | f32, backend reseeded every step from (seed, step), fixed seed | `cuda` with fusion; autotune pinned | autotune level `minimal` (the same kernels every run); one loader worker or kiln's deterministic loader |
+//! | `reproducible` | f32, backend reseeded every step from (seed, step), fixed seed, grad-norm tracking | `cuda` with fusion; autotune pinned | autotune level `minimal` (the same kernels every run); one loader worker or kiln's deterministic loader |
 //! | `balanced` | bf16-mixed (with the same fallback), grad-norm tracking | `cuda` | defaults |
 //! | `debug` | f32, NaN/inf check of every loss and step (error naming the step), synced phase timing, overfits the first 4 batches of epoch 0 for 20 epochs | none needed (flex) | autotune level `minimal`; one loader worker |
-//! | `ci` | f32, one epoch of 4 batches, 2 validation batches, no checkpoints, reseeded every step | none (flex) | CPU only |
+//! | `ci` | f32, one epoch of 4 batches, 2 validation batches, no checkpoints, reseeded every step, grad-norm tracking | none (flex) | CPU only |
 
 use std::fmt;
 use std::str::FromStr;
@@ -75,17 +75,18 @@ impl Preset {
     pub fn config(self) -> TrainerConfig {
         let base = TrainerConfig::new();
         match self {
-            Preset::MaxSpeed => base
+            Preset::MaxSpeed => base.with_precision(Precision::Bf16Mixed),
+            Preset::Reproducible => base.with_reseed_every_step(true).with_track_grad_norm(true),
+            Preset::Balanced => base
                 .with_precision(Precision::Bf16Mixed)
-                .with_track_grad_norm(false),
-            Preset::Reproducible => base.with_reseed_every_step(true),
-            Preset::Balanced => base.with_precision(Precision::Bf16Mixed),
+                .with_track_grad_norm(true),
             Preset::Debug => base
                 .with_detect_anomalies(true)
                 .with_sync_phase_timing(true)
                 .with_overfit_batches(Some(4))
                 .with_num_epochs(20),
             Preset::Ci => base
+                .with_track_grad_norm(true)
                 .with_max_batches_per_epoch(Some(4))
                 .with_max_validation_batches(Some(2))
                 .with_reseed_every_step(true),

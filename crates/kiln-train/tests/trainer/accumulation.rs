@@ -14,7 +14,9 @@ fn trainer<B: AutodiffBackend>(
     device: &B::Device,
     accumulation: u32,
 ) -> Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, f64> {
-    let config = TrainerConfig::new().with_accumulation_steps(accumulation);
+    let config = TrainerConfig::new()
+        .with_accumulation_steps(accumulation)
+        .with_track_grad_norm(true);
     Trainer::new(
         common::model::<B>(device, 3),
         SgdConfig::new().init(),

@@ -96,7 +96,9 @@ fn lazily_initialized_model_receives_gradients<B: AutodiffBackend>(device: B::De
         output: LinearConfig::new(common::HIDDEN, 1).init::<B>(&device),
         activation: Relu::new(),
     };
-    let config = TrainerConfig::new().with_precision(Precision::Bf16Mixed);
+    let config = TrainerConfig::new()
+        .with_precision(Precision::Bf16Mixed)
+        .with_track_grad_norm(true);
     let mut trainer = Trainer::new(
         model,
         AdamConfig::new().init(),

@@ -76,6 +76,7 @@ fn trainer_clips_after_unscaling<B: AutodiffBackend>(device: B::Device) {
     let run = |precision: Precision, clipping: Option<GradientClipping>| {
         let config = TrainerConfig::new()
             .with_precision(precision)
+            .with_track_grad_norm(true)
             .with_loss_scaler(LossScalerConfig {
                 init_scale: 1024.0,
                 ..Default::default()

@@ -22,7 +22,7 @@ fn skipped_step_does_not_advance_scheduler<B: AutodiffBackend>(device: B::Device
         common::model::<B>(&device, 1),
         AdamConfig::new().init(),
         scheduler,
-        TrainerConfig::new(),
+        TrainerConfig::new().with_track_grad_norm(true),
         device.clone(),
     )
     .unwrap();

@@ -1,0 +1,242 @@
+//! Trainer overhead: kiln's `Trainer` against a hand-written Burn loop on the same model, data
+//! and optimizer (f32, Adam, one loss readback per step in both).
+//!
+//! Four variants: the hand-written loop and the trainer (default settings), then both also
+//! computing the global gradient norm each step. Criterion times one optimizer step of each;
+//! then an interleaved run (rounds of A, B, C, D in a rotating order) measures the ratios side by side, so load
+//! from other processes hits all variants alike, and prints the median ratio of each trainer
+//! variant to the hand-written loop doing the same work.
+//!
+//! Run: `cargo bench --bench trainer_overhead` (add `-- --quick` for a short run).
+
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, Tensor};
+use criterion::Criterion;
+use kiln::backend::CpuAutodiff;
+use kiln::train::{
+    Autocast, StepOutput, TrainStep, Trainer, TrainerConfig, global_grad_norm, materialize,
+};
+
+type B = CpuAutodiff;
+
+const INPUTS: usize = 256;
+const HIDDEN: usize = 512;
+const OUTPUTS: usize = 16;
+const BATCH: usize = 128;
+const LEARNING_RATE: f64 = 1e-4;
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    first: Linear<B>,
+    second: Linear<B>,
+    output: Linear<B>,
+    activation: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
+        let x = self.activation.forward(self.first.forward(inputs));
+        let x = self.activation.forward(self.second.forward(x));
+        self.output.forward(x)
+    }
+}
+
+#[derive(Clone)]
+struct Batch<B: Backend> {
+    inputs: Tensor<B, 2>,
+    targets: Tensor<B, 2>,
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
+        let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
+        StepOutput::new(
+            MseLoss::new().forward(predictions, batch.targets, Reduction::Mean),
+            (),
+        )
+    }
+
+    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
+        batch.inputs.dims()[0] as u64
+    }
+}
+
+fn setup() -> (Mlp<B>, Batch<B>) {
+    let device = Default::default();
+    B::seed(&device, 1);
+    let model = Mlp {
+        first: LinearConfig::new(INPUTS, HIDDEN).init(&device),
+        second: LinearConfig::new(HIDDEN, HIDDEN).init(&device),
+        output: LinearConfig::new(HIDDEN, OUTPUTS).init(&device),
+        activation: Relu::new(),
+    };
+    materialize(&model);
+    let batch = Batch {
+        inputs: Tensor::random([BATCH, INPUTS], Distribution::Normal(0.0, 1.0), &device),
+        targets: Tensor::random([BATCH, OUTPUTS], Distribution::Normal(0.0, 1.0), &device),
+    };
+    (model, batch)
+}
+
+/// The loop a Burn user writes by hand: forward, loss, backward, optimizer step, read the loss;
+/// optionally also the global gradient norm (for logging), as the trainer does on request.
+struct HandWritten<O> {
+    model: Option<Mlp<B>>,
+    optim: O,
+    batch: Batch<B>,
+    grad_norm: bool,
+}
+
+impl<O: Optimizer<Mlp<B>, B>> HandWritten<O> {
+    fn step(&mut self) -> f64 {
+        let model = self.model.take().expect("present between steps");
+        let predictions = model.forward(self.batch.inputs.clone());
+        let loss = MseLoss::new().forward(predictions, self.batch.targets.clone(), Reduction::Mean);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        if self.grad_norm {
+            std::hint::black_box(global_grad_norm::<B, _>(&model, &grads).expect("a norm"));
+        }
+        self.model = Some(self.optim.step(LEARNING_RATE, model, grads));
+        loss.into_scalar() as f64
+    }
+}
+
+/// One of the three loops under test.
+enum Variant {
+    Hand(Box<HandWritten<burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, Mlp<B>, B>>>),
+    Trainer(Box<(KilnTrainer, Batch<B>)>),
+}
+
+type KilnTrainer =
+    Trainer<B, Mlp<B>, burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, Mlp<B>, B>, f64>;
+
+impl Variant {
+    fn hand(grad_norm: bool) -> Self {
+        let (model, batch) = setup();
+        Variant::Hand(Box::new(HandWritten {
+            model: Some(model),
+            optim: AdamConfig::new().init(),
+            batch,
+            grad_norm,
+        }))
+    }
+
+    fn trainer(track_grad_norm: bool) -> Self {
+        let (model, batch) = setup();
+        let config = TrainerConfig::new().with_track_grad_norm(track_grad_norm);
+        let trainer = Trainer::new(
+            model,
+            AdamConfig::new().init(),
+            LEARNING_RATE,
+            config,
+            Default::default(),
+        )
+        .expect("a valid configuration");
+        Variant::Trainer(Box::new((trainer, batch)))
+    }
+
+    fn step(&mut self) -> f64 {
+        match self {
+            Variant::Hand(hand) => hand.step(),
+            Variant::Trainer(state) => {
+                let (trainer, batch) = &mut **state;
+                trainer
+                    .train_batch(batch.clone())
+                    .expect("a clean step")
+                    .step
+                    .expect("K = 1 steps every batch")
+                    .loss
+            }
+        }
+    }
+}
+
+const NAMES: [&str; 4] = [
+    "hand_written_burn_loop",
+    "kiln_trainer",
+    "hand_written_with_grad_norm",
+    "kiln_trainer_with_grad_norm",
+];
+
+fn variants() -> [Variant; 4] {
+    [
+        Variant::hand(false),
+        Variant::trainer(false),
+        Variant::hand(true),
+        Variant::trainer(true),
+    ]
+}
+
+fn criterion_runs(criterion: &mut Criterion) {
+    let mut group = criterion.benchmark_group("train_step");
+    for (name, mut variant) in NAMES.into_iter().zip(variants()) {
+        group.bench_function(name, |bencher| bencher.iter(|| variant.step()));
+    }
+    group.finish();
+}
+
+/// Rounds of `steps` steps of each variant in turn; median time ratio to the hand-written loop.
+fn interleaved(rounds: usize, steps: usize) {
+    let mut variants = variants();
+    for variant in &mut variants {
+        for _ in 0..3 {
+            variant.step();
+        }
+    }
+    let mut seconds = vec![Vec::with_capacity(rounds); variants.len()];
+    let count = variants.len();
+    for round in 0..rounds {
+        // Rotate the order every round so no variant always runs right after another.
+        for offset in 0..count {
+            let index = (round + offset) % count;
+            let variant = &mut variants[index];
+            let started = Instant::now();
+            for _ in 0..steps {
+                std::hint::black_box(variant.step());
+            }
+            seconds[index].push(started.elapsed().as_secs_f64() / steps as f64);
+        }
+    }
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    println!("\ninterleaved: {rounds} rounds of {steps} steps per variant");
+    println!("| variant | median ms/step | ratio to the hand-written loop doing the same work |");
+    println!("|---|---|---|");
+    for (index, name) in NAMES.iter().enumerate() {
+        // Even indices are hand-written loops, odd ones the trainer doing the same work.
+        let baseline = index - index % 2;
+        let ratios: Vec<f64> = seconds[index]
+            .iter()
+            .zip(&seconds[baseline])
+            .map(|(ours, hand)| ours / hand)
+            .collect();
+        println!(
+            "| {name} | {:.3} | {:.3} |",
+            1e3 * median(seconds[index].clone()),
+            median(ratios)
+        );
+    }
+}
+
+fn main() {
+    let mut criterion = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(8))
+        .sample_size(30);
+    criterion_runs(&mut criterion);
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    interleaved(if quick { 5 } else { 60 }, 10);
+    criterion.final_summary();
+}

@@ -1,0 +1,380 @@
+//! Mixed-precision parity: the same seeded model trained in f32, f16-mixed and bf16-mixed.
+//!
+//! 1. Generates a seeded nonlinear regression dataset and one MLP initialization.
+//! 2. Trains a copy in each precision with kiln's `Trainer` (Adam, cosine LR schedule) and
+//!    evaluates the final full-dataset loss in f32 on the master weights.
+//! 3. Injects an f16 overflow (a batch scaled by 1000) into a fresh f16 run to show
+//!    skip-and-backoff: the step is skipped, the parameters and the LR schedule stay put, the
+//!    loss scale halves.
+//!
+//! On the CPU (flex) f16 and bf16 are emulated, so they are slower than f32 there; the point
+//! of this example is numerical parity. Step-time gains need a GPU (`--features cuda`).
+//!
+//! Run: `cargo run --release --example amp_parity -- --help`
+
+use std::time::Instant;
+
+use anyhow::{Context, ensure};
+use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::module::{AutodiffModule, Module};
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::AdamConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use clap::Parser;
+use kiln::backend::{BackendTask, DevicePreference, select};
+use kiln::core::{StepOutcome, StepReport};
+use kiln::train::{
+    Autocast, Precision, ProgressObserver, StepOutput, TrainStep, Trainer, TrainerConfig,
+    materialize,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Train one seeded model in f32, f16-mixed and bf16-mixed and compare the final losses.
+#[derive(Parser, Debug, Clone)]
+#[command(version, about)]
+struct Args {
+    /// Samples in the synthetic dataset.
+    #[arg(long, default_value_t = 4096)]
+    samples: usize,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Epochs per precision.
+    #[arg(long, default_value_t = 12)]
+    epochs: u64,
+    /// Width of the two hidden layers.
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    /// Seed for data and weights.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Compute device: auto, cpu or cuda.
+    #[arg(long, default_value = "cpu")]
+    device: DevicePreference,
+    /// Write the figures as one JSON object to this path.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+const FEATURES: usize = 16;
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    first: Linear<B>,
+    second: Linear<B>,
+    output: Linear<B>,
+    activation: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(hidden: usize, device: &B::Device) -> Self {
+        Self {
+            first: LinearConfig::new(FEATURES, hidden).init(device),
+            second: LinearConfig::new(hidden, hidden).init(device),
+            output: LinearConfig::new(hidden, 1).init(device),
+            activation: Relu::new(),
+        }
+    }
+
+    fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
+        let x = self.activation.forward(self.first.forward(inputs));
+        let x = self.activation.forward(self.second.forward(x));
+        self.output.forward(x)
+    }
+}
+
+#[derive(Clone)]
+struct Batch<B: Backend> {
+    inputs: Tensor<B, 2>,
+    targets: Tensor<B, 2>,
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
+        // Matmuls in the compute dtype, the loss in f32 (PyTorch's autocast policy).
+        let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
+        let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
+        StepOutput::new(loss, ())
+    }
+
+    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
+        batch.inputs.dims()[0] as u64
+    }
+}
+
+/// Host rows of `y = sin(a . x) + 0.5 (b . x)^2 / FEATURES + noise`.
+fn dataset(samples: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let a: Vec<f32> = (0..FEATURES).map(|_| rng.random_range(-0.5..0.5)).collect();
+    let b: Vec<f32> = (0..FEATURES).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let mut inputs = Vec::with_capacity(samples * FEATURES);
+    let mut targets = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let x: Vec<f32> = (0..FEATURES).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let dot = |w: &[f32]| x.iter().zip(w).map(|(x, w)| x * w).sum::<f32>();
+        let y =
+            dot(&a).sin() + 0.5 * dot(&b).powi(2) / FEATURES as f32 + rng.random_range(-0.05..0.05);
+        inputs.extend(x);
+        targets.push(y);
+    }
+    (inputs, targets)
+}
+
+fn batches<B: Backend>(
+    inputs: &[f32],
+    targets: &[f32],
+    batch_size: usize,
+    device: &B::Device,
+) -> Vec<Batch<B>> {
+    targets
+        .chunks(batch_size)
+        .zip(inputs.chunks(batch_size * FEATURES))
+        .map(|(y, x)| Batch {
+            inputs: Tensor::from_data(TensorData::new(x.to_vec(), [y.len(), FEATURES]), device),
+            targets: Tensor::from_data(TensorData::new(y.to_vec(), [y.len(), 1]), device),
+        })
+        .collect()
+}
+
+/// Mean squared error over all batches, in f32, without autodiff.
+fn full_loss<B: Backend>(model: &Mlp<B>, batches: &[Batch<B>]) -> anyhow::Result<f64> {
+    let mut total = 0.0;
+    let mut rows = 0usize;
+    for batch in batches {
+        let count = batch.inputs.dims()[0];
+        let loss = MseLoss::new().forward(
+            model.forward(batch.inputs.clone()),
+            batch.targets.clone(),
+            Reduction::Sum,
+        );
+        let value: f64 = loss
+            .into_data()
+            .iter::<f64>()
+            .next()
+            .context("empty loss")?;
+        total += value;
+        rows += count;
+    }
+    Ok(total / rows as f64)
+}
+
+struct PrecisionRun {
+    final_loss: f64,
+    skipped_steps: u64,
+    steps: u64,
+    seconds: f64,
+}
+
+struct Overflow {
+    skipped: u64,
+    scale_before: f64,
+    scale_after: f64,
+    params_unchanged: bool,
+    scheduler_unchanged: bool,
+}
+
+struct Report {
+    runs: Vec<(Precision, PrecisionRun)>,
+    overflow: Overflow,
+}
+
+struct AmpParity {
+    args: Args,
+}
+
+impl BackendTask for AmpParity {
+    type Output = anyhow::Result<Report>;
+
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> anyhow::Result<Report> {
+        let args = self.args;
+        let (inputs, targets) = dataset(args.samples, args.seed);
+        let train = batches::<B>(&inputs, &targets, args.batch_size, &device);
+        let eval = batches::<B::InnerBackend>(&inputs, &targets, args.batch_size, &device);
+        B::seed(&device, args.seed);
+        let initial = Mlp::<B>::new(args.hidden, &device);
+        // Read every lazy parameter once so each clone starts from the same weights.
+        materialize(&initial);
+        let steps_per_epoch = train.len() as u64;
+        let total_steps = steps_per_epoch * args.epochs;
+
+        let mut runs = Vec::new();
+        for precision in [Precision::F32, Precision::F16Mixed, Precision::Bf16Mixed] {
+            let scheduler = CosineAnnealingLrSchedulerConfig::new(3e-3, total_steps as usize)
+                .with_min_lr(1e-5)
+                .init()
+                .map_err(anyhow::Error::msg)?;
+            let config = TrainerConfig::new()
+                .with_precision(precision)
+                .with_num_epochs(args.epochs)
+                .with_seed(args.seed);
+            let mut trainer = Trainer::new(
+                initial.clone(),
+                AdamConfig::new().init(),
+                scheduler,
+                config,
+                device.clone(),
+            )?;
+            let progress =
+                std::sync::Arc::new(ProgressObserver::new().with_total_steps(total_steps));
+            trainer.add_observer(progress.clone());
+            let started = Instant::now();
+            let summary = trainer.fit(|_| train.clone())?;
+            progress.finish();
+            let seconds = started.elapsed().as_secs_f64();
+            let final_loss = full_loss(&trainer.model().valid(), &eval)?;
+            runs.push((
+                precision,
+                PrecisionRun {
+                    final_loss,
+                    skipped_steps: summary.counters.skipped_steps,
+                    steps: summary.counters.optimizer_steps,
+                    seconds,
+                },
+            ));
+        }
+
+        // Overflow injection: a few clean f16 steps, then a batch scaled by 1000.
+        let scheduler = CosineAnnealingLrSchedulerConfig::new(3e-3, total_steps as usize)
+            .init()
+            .map_err(anyhow::Error::msg)?;
+        let config = TrainerConfig::new().with_precision(Precision::F16Mixed);
+        let mut trainer = Trainer::new(
+            initial.clone(),
+            AdamConfig::new().init(),
+            scheduler,
+            config,
+            device.clone(),
+        )?;
+        for batch in train.iter().take(5) {
+            trainer.train_batch(batch.clone())?;
+        }
+        let scale_before = f64::from(trainer.loss_scaler().context("f16 has a scaler")?.scale());
+        let skipped_before = trainer.counters().skipped_steps;
+        let params_before = parameters(trainer.model());
+        let lr_before = peek_learning_rate(trainer.scheduler());
+        let huge = Batch {
+            inputs: train[5].inputs.clone().mul_scalar(1000.0),
+            targets: train[5].targets.clone(),
+        };
+        let report: StepReport = trainer.train_batch(huge)?.step.context("K = 1 steps")?;
+        ensure!(
+            matches!(report.outcome, StepOutcome::Skipped(_)),
+            "the injected overflow was not detected"
+        );
+        let overflow = Overflow {
+            skipped: trainer.counters().skipped_steps - skipped_before,
+            scale_before,
+            scale_after: f64::from(trainer.loss_scaler().context("f16 has a scaler")?.scale()),
+            params_unchanged: parameters(trainer.model()) == params_before,
+            scheduler_unchanged: peek_learning_rate(trainer.scheduler()) == lr_before,
+        };
+        Ok(Report { runs, overflow })
+    }
+}
+
+fn peek_learning_rate<S: burn::lr_scheduler::LrScheduler>(scheduler: &S) -> f64 {
+    scheduler.clone().step()
+}
+
+fn parameters<B: Backend>(model: &Mlp<B>) -> Vec<f32> {
+    [&model.first, &model.second, &model.output]
+        .into_iter()
+        .flat_map(|linear| {
+            let mut values: Vec<f32> = linear.weight.val().into_data().iter::<f32>().collect();
+            if let Some(bias) = &linear.bias {
+                values.extend(bias.val().into_data().iter::<f32>());
+            }
+            values
+        })
+        .collect()
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    ensure!(
+        args.batch_size > 0 && args.samples >= 6 * args.batch_size,
+        "need at least 6 batches"
+    );
+    let selection = select(args.device).map_err(anyhow::Error::msg)?;
+    println!("device: {selection}");
+    let json_path = args.json.clone();
+    let report = selection.run(AmpParity { args: args.clone() })?;
+
+    let loss_of = |wanted: Precision| {
+        report
+            .runs
+            .iter()
+            .find(|(precision, _)| *precision == wanted)
+            .map(|(_, run)| run)
+    };
+    let (Some(f32_run), Some(f16_run), Some(bf16_run)) = (
+        loss_of(Precision::F32),
+        loss_of(Precision::F16Mixed),
+        loss_of(Precision::Bf16Mixed),
+    ) else {
+        anyhow::bail!("a precision run is missing");
+    };
+    let relative =
+        |run: &PrecisionRun| (run.final_loss - f32_run.final_loss).abs() / f32_run.final_loss;
+    println!("precision   final loss   vs f32    skipped  steps  seconds");
+    for (precision, run) in &report.runs {
+        println!(
+            "{:<10}  {:>10.6}  {:>7.3}%  {:>7}  {:>5}  {:>7.2}",
+            precision.name(),
+            run.final_loss,
+            100.0 * relative(run),
+            run.skipped_steps,
+            run.steps,
+            run.seconds
+        );
+    }
+    let overflow = &report.overflow;
+    println!(
+        "injected f16 overflow: {} step skipped, loss scale {} -> {}, parameters unchanged: {}, LR schedule unchanged: {}",
+        overflow.skipped,
+        overflow.scale_before,
+        overflow.scale_after,
+        overflow.params_unchanged,
+        overflow.scheduler_unchanged
+    );
+    let within = |run: &PrecisionRun| relative(run) <= 0.02;
+    println!(
+        "target (within 2% of f32): f16 {}, bf16 {}",
+        if within(f16_run) { "met" } else { "MISSED" },
+        if within(bf16_run) { "met" } else { "MISSED" }
+    );
+
+    if let Some(path) = json_path {
+        let json = serde_json::json!({
+            "device": selection.name(),
+            "samples": args.samples,
+            "batch_size": args.batch_size,
+            "epochs": args.epochs,
+            "steps": f32_run.steps,
+            "f32_final_loss": f32_run.final_loss,
+            "f16_final_loss": f16_run.final_loss,
+            "bf16_final_loss": bf16_run.final_loss,
+            "f16_relative_diff": relative(f16_run),
+            "bf16_relative_diff": relative(bf16_run),
+            "f16_skipped_steps": f16_run.skipped_steps,
+            "bf16_skipped_steps": bf16_run.skipped_steps,
+            "f32_seconds": f32_run.seconds,
+            "f16_seconds": f16_run.seconds,
+            "bf16_seconds": bf16_run.seconds,
+            "overflow_skipped": overflow.skipped,
+            "overflow_scale_before": overflow.scale_before,
+            "overflow_scale_after": overflow.scale_after,
+            "overflow_params_unchanged": overflow.params_unchanged,
+            "overflow_scheduler_unchanged": overflow.scheduler_unchanged,
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&json)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
