@@ -14,6 +14,8 @@
 //! - **Errors, not panics**: bad shapes, K = 0, NaN or infinite values and probabilities the
 //!   policy rejects come back as an [`Error`] naming the field, agent and position.
 //! - `per_mode`: av2-style per-hypothesis building blocks.
+//! - Feature `burn-train`: `BurnTrajectoryMetric` implements burn-train's `Metric` and
+//!   `Numeric`, so the metrics appear on the dashboard of Burn's `Learner`.
 //!
 //! # Example
 //!
@@ -35,6 +37,8 @@
 //! ```
 
 mod batch;
+#[cfg(feature = "burn-train")]
+mod burn_train;
 mod config;
 mod error;
 mod host;
@@ -50,6 +54,8 @@ mod tensor;
 mod validate;
 
 pub use batch::{BatchShape, TrajectoryBatch};
+#[cfg(feature = "burn-train")]
+pub use burn_train::{BurnTrajectoryMetric, ReportedValue, TrajectoryMetricInput};
 pub use config::{Horizon, MetricsConfig, MissBox};
 pub use error::{Error, Result};
 pub use host::Parallelism;

@@ -32,34 +32,24 @@ pub(crate) fn checks<B: Backend>(
             .reshape([units])
     };
     let (n, k, t) = (batch.agents(), batch.modes(), batch.steps());
+    // One reduction per field: a NaN or infinity anywhere makes its row's sum non-finite. (A
+    // finite row whose sum overflows is flagged too; `locate_error` then finds nothing.)
+    let row_flags = |values: Tensor<B, 2>| {
+        values
+            .sum_dim(1)
+            .is_finite()
+            .bool_not()
+            .float()
+            .reshape([n])
+    };
     let mut checks = vec![
         Check {
             field: "predictions",
-            flags: per_unit(
-                batch
-                    .predictions
-                    .clone()
-                    .is_finite()
-                    .bool_not()
-                    .float()
-                    .reshape([n, k * t * 2])
-                    .sum_dim(1)
-                    .reshape([n]),
-            ),
+            flags: per_unit(row_flags(batch.predictions.clone().reshape([n, k * t * 2]))),
         },
         Check {
             field: "ground_truth",
-            flags: per_unit(
-                batch
-                    .ground_truth
-                    .clone()
-                    .is_finite()
-                    .bool_not()
-                    .float()
-                    .reshape([n, t * 2])
-                    .sum_dim(1)
-                    .reshape([n]),
-            ),
+            flags: per_unit(row_flags(batch.ground_truth.clone().reshape([n, t * 2]))),
         },
     ];
     for (field, tensor) in [("velocity", &batch.velocity), ("heading", &batch.heading)] {
@@ -105,34 +95,37 @@ pub(crate) fn checks<B: Backend>(
     checks
 }
 
-/// The error for a failed check: the first flagged prediction's row is read back and checked
-/// on the host, which names the agent and position.
+/// The error for a failed check: the flagged predictions' rows are read back and checked on
+/// the host, which names the agent and position. `None` when every flagged row is valid (a
+/// finite row whose device sum overflowed).
 pub(crate) fn locate_error<B: Backend>(
     config: &MetricsConfig,
     batch: &TensorTrajectoryBatch<B>,
     check: &Check<B>,
-) -> Error {
+) -> Option<Error> {
     let flags = match read(check.flags.clone()) {
         Ok(flags) => flags,
-        Err(error) => return error,
+        Err(error) => return Some(error),
     };
-    let Some(unit) = flags.iter().position(|&flag| flag > 0.0) else {
-        return Error::Device {
-            reason: format!(
-                "`{}` was flagged as invalid but no prediction is",
-                check.field
-            ),
-        };
-    };
+    flags
+        .iter()
+        .enumerate()
+        .filter(|(_, flag)| **flag > 0.0)
+        .find_map(|(unit, _)| locate_in_unit(config, batch, check, unit))
+}
+
+/// The error in one flagged prediction, if its rows read back invalid.
+fn locate_in_unit<B: Backend>(
+    config: &MetricsConfig,
+    batch: &TensorTrajectoryBatch<B>,
+    check: &Check<B>,
+    unit: usize,
+) -> Option<Error> {
     let (k, t) = (batch.modes(), batch.steps());
     let per_prediction = config.agents_per_prediction;
     if check.field == "probabilities" {
-        let Some(p) = &batch.probabilities else {
-            return Error::Device {
-                reason: "probabilities were checked but are absent".into(),
-            };
-        };
-        return match read(p.clone().narrow(0, unit, 1).reshape([k])) {
+        let p = batch.probabilities.as_ref()?;
+        return Some(match read(p.clone().narrow(0, unit, 1).reshape([k])) {
             Err(error) => error,
             Ok(row) => match check_probability_row(&config.probabilities, unit, &row) {
                 Err(error) => error,
@@ -146,7 +139,7 @@ pub(crate) fn locate_error<B: Backend>(
                     },
                 },
             },
-        };
+        });
     }
     for agent in unit * per_prediction..(unit + 1) * per_prediction {
         let found = match check.field {
@@ -172,30 +165,25 @@ pub(crate) fn locate_error<B: Backend>(
                 .map(|row| check_finite("heading", &row, &[t], &["step"])),
         };
         match found {
-            Err(error) => return error,
+            Err(error) => return Some(error),
             Ok(Err(Error::NonFinite {
                 field,
                 position,
                 value,
                 ..
             })) => {
-                return Error::NonFinite {
+                return Some(Error::NonFinite {
                     field,
                     agent,
                     position,
                     value,
-                };
+                });
             }
-            Ok(Err(error)) => return error,
+            Ok(Err(error)) => return Some(error),
             Ok(Ok(())) => {}
         }
     }
-    Error::Device {
-        reason: format!(
-            "`{}` of prediction {unit} was flagged as non-finite but reads back finite",
-            check.field
-        ),
-    }
+    None
 }
 
 fn read_optional<B: Backend>(

@@ -109,11 +109,12 @@ pub(crate) fn measure_tensors<B: Backend>(
     }
 
     let totals = read_block_sums(rows, units)?;
-    if let Some(failed) = totals[..checks.len()]
-        .iter()
-        .position(|&flagged| flagged > 0.0)
-    {
-        return Err(locate_error(config, batch, &checks[failed]));
+    for (check, &flagged) in checks.iter().zip(&totals) {
+        if flagged > 0.0
+            && let Some(error) = locate_error(config, batch, check)
+        {
+            return Err(error);
+        }
     }
     for horizon in &mut sums.horizons {
         horizon.units = units as u64;

@@ -51,6 +51,9 @@ pub(crate) fn horizon_errors<B: Backend>(
     let device = shared.diff.device();
     let distance = shared.distance.clone().narrow(2, 0, steps);
     let ones = || Tensor::<B, 2>::ones([n, 1], &device);
+    // Only the miss rule's inputs are computed: each is a pass over [N, K, S].
+    let wants_max = matches!(config.miss, MissRule::MaxDistance { .. });
+    let wants_box = matches!(config.miss, MissRule::LateralLongitudinal { .. });
 
     // Per agent: ADE [N, K], FDE [N, K], final displacement [N, K, 2], final heading [N, 1].
     let (ade, fde, max, final_diff, final_heading, has_path, has_final);
@@ -62,12 +65,14 @@ pub(crate) fn horizon_errors<B: Backend>(
                 .reshape([n, k])
                 .div_scalar(steps as f32);
             fde = distance.clone().narrow(2, last_step, 1).reshape([n, k]);
-            max = distance.max_dim(2).reshape([n, k]);
-            final_diff = shared
-                .diff
-                .clone()
-                .narrow(2, last_step, 1)
-                .reshape([n, k, 2]);
+            max = wants_max.then(|| distance.max_dim(2).reshape([n, k]));
+            final_diff = wants_box.then(|| {
+                shared
+                    .diff
+                    .clone()
+                    .narrow(2, last_step, 1)
+                    .reshape([n, k, 2])
+            });
             final_heading = batch.heading.clone().map(|h| h.narrow(1, last_step, 1));
             has_path = ones();
             has_final = ones();
@@ -77,7 +82,7 @@ pub(crate) fn horizon_errors<B: Backend>(
             let count = valid.clone().sum_dim(1);
             let masked = distance * valid.clone().unsqueeze_dim::<3>(1);
             ade = masked.clone().sum_dim(2).reshape([n, k]) / count.clone().clamp_min(1.0);
-            max = masked.clone().max_dim(2).reshape([n, k]);
+            max = wants_max.then(|| masked.clone().max_dim(2).reshape([n, k]));
             has_path = count.greater_elem(0.0).float();
             // One-hot [N, S] of the final step; all zero when there is none.
             let (one_hot, final_flag) = match config.final_step {
@@ -102,10 +107,12 @@ pub(crate) fn horizon_errors<B: Backend>(
             fde = (masked * one_hot.clone().unsqueeze_dim::<3>(1))
                 .sum_dim(2)
                 .reshape([n, k]);
-            let diff = shared.diff.clone().narrow(2, 0, steps);
-            final_diff = (diff * one_hot.clone().reshape([n, 1, steps, 1]))
-                .sum_dim(2)
-                .reshape([n, k, 2]);
+            final_diff = wants_box.then(|| {
+                let diff = shared.diff.clone().narrow(2, 0, steps);
+                (diff * one_hot.clone().reshape([n, 1, steps, 1]))
+                    .sum_dim(2)
+                    .reshape([n, k, 2])
+            });
             final_heading = batch
                 .heading
                 .clone()
@@ -114,19 +121,24 @@ pub(crate) fn horizon_errors<B: Backend>(
         }
     }
 
-    let miss = match config.miss {
-        MissRule::FinalDistance { threshold_m } => {
+    let miss = match (config.miss, max) {
+        (MissRule::FinalDistance { threshold_m }, _) => {
             fde.clone().greater_elem(threshold_m as f32).float()
         }
-        MissRule::MaxDistance {
-            threshold_m,
-            inclusive: true,
-        } => max.greater_equal_elem(threshold_m as f32).float(),
-        MissRule::MaxDistance { threshold_m, .. } => max.greater_elem(threshold_m as f32).float(),
-        MissRule::LateralLongitudinal { speed_scaling: s } => {
+        (
+            MissRule::MaxDistance {
+                threshold_m,
+                inclusive: true,
+            },
+            Some(max),
+        ) => max.greater_equal_elem(threshold_m as f32).float(),
+        (MissRule::MaxDistance { threshold_m, .. }, Some(max)) => {
+            max.greater_elem(threshold_m as f32).float()
+        }
+        (MissRule::LateralLongitudinal { speed_scaling: s }, _) => {
             // Motion inputs and the box are checked before any tensor work.
-            match (final_heading, &batch.velocity, miss_box) {
-                (Some(heading), Some(velocity), Some(miss_box)) => {
+            match (final_heading, &batch.velocity, miss_box, final_diff) {
+                (Some(heading), Some(velocity), Some(miss_box), Some(final_diff)) => {
                     let speed = velocity.clone().powi_scalar(2).sum_dim(1).sqrt();
                     let fraction = speed
                         .sub_scalar(s.lower_speed_mps as f32)
@@ -149,6 +161,8 @@ pub(crate) fn horizon_errors<B: Backend>(
                 _ => Tensor::zeros([n, k], &device),
             }
         }
+        // Not reached: the largest distance is computed whenever the rule needs it.
+        (MissRule::MaxDistance { .. }, None) => Tensor::zeros([n, k], &device),
     };
 
     group(

@@ -1,0 +1,431 @@
+//! Trajectory metrics throughput: the Argoverse 2 preset on seeded synthetic forecasts, measured
+//! on the host path (one thread and the chosen thread count) and on the Burn tensor path.
+//!
+//! The data: N agents driving for T steps at 10 Hz with random speed, acceleration and turn
+//! rate; K forecasts per agent that guess the speed and turn rate with some error; mode
+//! probabilities that favor the better guesses. `--dump DIR` writes the exact data as raw
+//! little-endian `f32` files with a `meta.json`, so `benches/peers/metrics_av2.sh` can compute
+//! the same numbers with `av2` and numpy.
+//!
+//! Run: `cargo run --release --example metrics_throughput -- --n 100000 --k 6 --t 60 --json out.json`
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, ensure};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kiln::backend::{BackendTask, DevicePreference, select};
+use kiln::core::Metric;
+use kiln::metrics::{
+    BatchShape, MetricReport, MetricsConfig, Parallelism, TensorTrajectoryBatch, TrajectoryBatch,
+    TrajectoryMetrics,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Measure kiln-metrics' host and tensor paths on seeded synthetic trajectories.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Number of agents, N.
+    #[arg(long, default_value_t = 100_000)]
+    n: usize,
+    /// Forecasts per agent, K.
+    #[arg(long, default_value_t = 6)]
+    k: usize,
+    /// Future steps per trajectory, T (10 Hz).
+    #[arg(long, default_value_t = 60)]
+    t: usize,
+    /// Seed of the synthetic data.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Host threads for the main host measurement (0: all cores). One thread is always measured too.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Agents per tensor batch (a validation batch).
+    #[arg(long, default_value_t = 4096)]
+    batch: usize,
+    /// Timed repetitions of each path; the fastest counts.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Device of the tensor path: auto, cpu or cuda.
+    #[arg(long, default_value = "cpu")]
+    device: DevicePreference,
+    /// Skip the tensor path.
+    #[arg(long)]
+    no_tensor: bool,
+    /// Write the figures as one JSON object to this path.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the generated data (raw little-endian f32 and meta.json) into this directory.
+    #[arg(long)]
+    dump: Option<PathBuf>,
+}
+
+/// The synthetic batch: predictions [N, K, T, 2], ground truth [N, T, 2], probabilities [N, K].
+struct Data {
+    predictions: Vec<f32>,
+    ground_truth: Vec<f32>,
+    probabilities: Vec<f32>,
+}
+
+const STEP_SECONDS: f32 = 0.1;
+
+/// Rolls a constant-turn-rate, constant-acceleration motion out for `steps` steps.
+fn roll_out(out: &mut [f32], speed_mps: f32, heading: f32, turn_rate: f32, accel: f32) {
+    let (mut x, mut y, mut speed, mut heading) = (0.0f32, 0.0f32, speed_mps, heading);
+    for point in out.chunks_exact_mut(2) {
+        speed = (speed + accel * STEP_SECONDS).max(0.0);
+        heading += turn_rate * STEP_SECONDS;
+        x += speed * STEP_SECONDS * heading.cos();
+        y += speed * STEP_SECONDS * heading.sin();
+        point[0] = x;
+        point[1] = y;
+    }
+}
+
+fn generate(args: &Args, progress: &ProgressBar) -> Data {
+    let (n, k, t) = (args.n, args.k, args.t);
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let mut data = Data {
+        predictions: vec![0.0; n * k * t * 2],
+        ground_truth: vec![0.0; n * t * 2],
+        probabilities: vec![0.0; n * k],
+    };
+    let mut logits = vec![0.0f32; k];
+    for agent in 0..n {
+        let speed = rng.random_range(0.0f32..15.0);
+        let heading = rng.random_range(-std::f32::consts::PI..std::f32::consts::PI);
+        let turn_rate = rng.random_range(-0.3f32..0.3);
+        let accel = rng.random_range(-1.0f32..1.0);
+        roll_out(
+            &mut data.ground_truth[agent * t * 2..][..t * 2],
+            speed,
+            heading,
+            turn_rate,
+            accel,
+        );
+        for (mode, logit) in logits.iter_mut().enumerate() {
+            let speed_error = rng.random_range(-0.05f32..0.05);
+            let turn_error = rng.random_range(-0.015f32..0.015);
+            let accel_error = rng.random_range(-0.2f32..0.2);
+            let out = &mut data.predictions[(agent * k + mode) * t * 2..][..t * 2];
+            roll_out(
+                out,
+                speed * (1.0 + speed_error),
+                heading,
+                turn_rate + turn_error,
+                accel + accel_error,
+            );
+            *logit =
+                -(speed_error.abs() * 20.0 + turn_error.abs() * 60.0 + accel_error.abs() * 5.0)
+                    + rng.random_range(-0.5f32..0.5);
+        }
+        let max = logits.iter().copied().fold(f32::MIN, f32::max);
+        let total: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+        for (p, l) in data.probabilities[agent * k..][..k].iter_mut().zip(&logits) {
+            *p = (l - max).exp() / total;
+        }
+        if agent % 4096 == 0 {
+            progress.set_position(agent as u64);
+        }
+    }
+    progress.finish_and_clear();
+    data
+}
+
+/// Times `repeats` host passes over all agents in one batch; returns the best seconds and the report.
+fn host_pass(args: &Args, data: &Data, threads: usize) -> anyhow::Result<(f64, MetricReport)> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let parallelism = if threads == 1 {
+        Parallelism::Sequential
+    } else {
+        Parallelism::Rayon {
+            min_units_per_task: 1024,
+        }
+    };
+    let shape = BatchShape::new(args.n, args.k, args.t);
+    let mut best = f64::INFINITY;
+    let mut report = None;
+    for _ in 0..args.repeats.max(1) {
+        let mut metrics =
+            TrajectoryMetrics::new(MetricsConfig::argoverse2())?.with_parallelism(parallelism);
+        let started = Instant::now();
+        // Validation is part of the measured work: a real update checks its inputs.
+        let batch = TrajectoryBatch::new(shape, &data.predictions, &data.ground_truth)?
+            .with_probabilities(&data.probabilities)?;
+        pool.install(|| metrics.update(&batch))?;
+        best = best.min(started.elapsed().as_secs_f64());
+        report = Some(metrics.compute());
+    }
+    Ok((best, report.context("no host pass ran")?))
+}
+
+/// The tensor path on the selected device: batches uploaded first, then the timed updates.
+struct TensorPass<'a> {
+    args: &'a Args,
+    data: &'a Data,
+}
+
+impl BackendTask for TensorPass<'_> {
+    type Output = anyhow::Result<(f64, f64, MetricReport)>;
+
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
+        // No gradients are needed: measure on the inner backend, on the same device.
+        measure_tensor::<B::InnerBackend>(self.args, self.data, &device)
+    }
+}
+
+fn measure_tensor<B: Backend>(
+    args: &Args,
+    data: &Data,
+    device: &B::Device,
+) -> anyhow::Result<(f64, f64, MetricReport)> {
+    let (k, t) = (args.k, args.t);
+    let upload_started = Instant::now();
+    let mut batches = Vec::new();
+    for start in (0..args.n).step_by(args.batch) {
+        let count = args.batch.min(args.n - start);
+        let slice = |values: &[f32], per_agent: usize| {
+            values[start * per_agent..(start + count) * per_agent].to_vec()
+        };
+        let predictions = Tensor::<B, 4>::from_data(
+            TensorData::new(slice(&data.predictions, k * t * 2), [count, k, t, 2]),
+            device,
+        );
+        let truth = Tensor::<B, 3>::from_data(
+            TensorData::new(slice(&data.ground_truth, t * 2), [count, t, 2]),
+            device,
+        );
+        let p = Tensor::<B, 2>::from_data(
+            TensorData::new(slice(&data.probabilities, k), [count, k]),
+            device,
+        );
+        batches.push(TensorTrajectoryBatch::new(predictions, truth)?.with_probabilities(p)?);
+    }
+    let upload_seconds = upload_started.elapsed().as_secs_f64();
+    let progress = progress_bar((batches.len() * args.repeats.max(1)) as u64, "tensor path");
+    let mut best = f64::INFINITY;
+    let mut report = None;
+    for _ in 0..args.repeats.max(1) {
+        let mut metrics = TrajectoryMetrics::new(MetricsConfig::argoverse2())?;
+        let started = Instant::now();
+        for batch in &batches {
+            metrics.update(batch)?;
+            progress.inc(1);
+        }
+        best = best.min(started.elapsed().as_secs_f64());
+        report = Some(metrics.compute());
+    }
+    progress.finish_and_clear();
+    Ok((best, upload_seconds, report.context("no tensor pass ran")?))
+}
+
+fn progress_bar(length: u64, message: &'static str) -> ProgressBar {
+    let bar = ProgressBar::new(length).with_message(message);
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        if let Ok(style) = ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} {elapsed}") {
+            bar.set_style(style);
+        }
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&temporary)
+        .with_context(|| format!("creating {}", temporary.display()))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+fn dump(dir: &Path, args: &Args, data: &Data) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let files = [
+        (
+            "predictions.f32",
+            &data.predictions,
+            vec![args.n, args.k, args.t, 2],
+        ),
+        (
+            "ground_truth.f32",
+            &data.ground_truth,
+            vec![args.n, args.t, 2],
+        ),
+        (
+            "probabilities.f32",
+            &data.probabilities,
+            vec![args.n, args.k],
+        ),
+    ];
+    let mut meta = serde_json::Map::new();
+    for (name, values, shape) in &files {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        write_atomic(&dir.join(name), &bytes)?;
+        meta.insert(
+            name.to_string(),
+            serde_json::json!({ "dtype": "<f4", "shape": shape }),
+        );
+    }
+    meta.insert("seed".into(), args.seed.into());
+    write_atomic(
+        &dir.join("meta.json"),
+        serde_json::to_string_pretty(&meta)?.as_bytes(),
+    )
+}
+
+/// The largest relative difference between two reports' values.
+fn max_relative_difference(a: &MetricReport, b: &MetricReport) -> f64 {
+    let values = |r: &MetricReport| -> Vec<Option<f64>> {
+        r.horizons
+            .iter()
+            .flat_map(|h| {
+                let mut v = vec![h.ade, h.fde];
+                for e in &h.top_k {
+                    v.extend([
+                        e.min_ade,
+                        e.min_fde,
+                        e.miss_rate,
+                        e.brier_min_ade,
+                        e.brier_min_fde,
+                        e.p_min_ade,
+                        e.p_min_fde,
+                        e.p_miss_rate,
+                    ]);
+                }
+                v
+            })
+            .collect()
+    };
+    values(a)
+        .into_iter()
+        .zip(values(b))
+        .map(|(x, y)| match (x, y) {
+            (Some(x), Some(y)) => (x - y).abs() / x.abs().max(y.abs()).max(1e-12),
+            (None, None) => 0.0,
+            _ => f64::INFINITY,
+        })
+        .fold(0.0, f64::max)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    ensure!(
+        args.n > 0 && args.k > 0 && args.t > 0,
+        "--n, --k and --t must be at least 1"
+    );
+    ensure!(args.batch > 0, "--batch must be at least 1");
+    let threads = if args.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        args.threads
+    };
+
+    let started = Instant::now();
+    let data = generate(&args, &progress_bar(args.n as u64, "generating"));
+    let generate_seconds = started.elapsed().as_secs_f64();
+    if let Some(dir) = &args.dump {
+        dump(dir, &args, &data)?;
+    }
+
+    let (one_thread_seconds, host_report) = host_pass(&args, &data, 1)?;
+    let (host_seconds, threaded_report) = if threads == 1 {
+        (one_thread_seconds, host_report.clone())
+    } else {
+        host_pass(&args, &data, threads)?
+    };
+    let agents = args.n as f64;
+    let at = |report: &MetricReport, k: usize| report.at(k).copied();
+    let k6 = at(&host_report, 6).context("K = 6 missing")?;
+    let k1 = at(&host_report, 1).context("K = 1 missing")?;
+
+    let mut figures = serde_json::json!({
+        "n": args.n, "k": args.k, "t": args.t, "seed": args.seed,
+        "preset": "argoverse2",
+        "generate_seconds": generate_seconds,
+        "host_threads": threads,
+        "host_seconds": host_seconds,
+        "host_agents_per_s": agents / host_seconds,
+        "host_one_thread_seconds": one_thread_seconds,
+        "host_one_thread_agents_per_s": agents / one_thread_seconds,
+        "host_thread_speedup": one_thread_seconds / host_seconds,
+        "host_threads_max_relative_difference": max_relative_difference(&host_report, &threaded_report),
+        "min_ade": k6.min_ade, "min_fde": k6.min_fde, "miss_rate": k6.miss_rate,
+        "brier_min_ade": k6.brier_min_ade, "brier_min_fde": k6.brier_min_fde,
+        "p_min_ade": k6.p_min_ade, "p_min_fde": k6.p_min_fde, "p_miss_rate": k6.p_miss_rate,
+        "min_ade_k1": k1.min_ade, "min_fde_k1": k1.min_fde, "miss_rate_k1": k1.miss_rate,
+        "ade": host_report.horizons[0].ade, "fde": host_report.horizons[0].fde,
+    });
+    println!(
+        "kiln metrics throughput: argoverse2 preset, N = {}, K = {}, T = {}",
+        args.n, args.k, args.t
+    );
+    println!("  data generated in      {generate_seconds:.2} s");
+    println!(
+        "  host, 1 thread         {:>12.0} agents/s ({one_thread_seconds:.3} s)",
+        agents / one_thread_seconds
+    );
+    println!(
+        "  host, {threads} threads        {:>12.0} agents/s ({host_seconds:.3} s)",
+        agents / host_seconds
+    );
+
+    if !args.no_tensor {
+        let selection = select(args.device).map_err(anyhow::Error::msg)?;
+        let (tensor_seconds, upload_seconds, tensor_report) = selection.run(TensorPass {
+            args: &args,
+            data: &data,
+        })?;
+        let difference = max_relative_difference(&host_report, &tensor_report);
+        println!(
+            "  tensor ({})       {:>12.0} agents/s ({tensor_seconds:.3} s; upload {upload_seconds:.3} s)",
+            selection.name(),
+            agents / tensor_seconds
+        );
+        println!("  host vs tensor         max relative difference {difference:.2e}");
+        let extra = serde_json::json!({
+            "tensor_device": selection.name(),
+            "tensor_batch": args.batch,
+            "tensor_seconds": tensor_seconds,
+            "tensor_agents_per_s": agents / tensor_seconds,
+            "tensor_upload_seconds": upload_seconds,
+            "host_tensor_max_relative_difference": difference,
+        });
+        if let (Some(figures), Some(extra)) = (figures.as_object_mut(), extra.as_object()) {
+            figures.extend(extra.clone());
+        }
+    }
+    let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.6}"));
+    println!(
+        "  minADE@6 {}  minFDE@6 {}  MR@6 {}  brier-minFDE@6 {}",
+        show(k6.min_ade),
+        show(k6.min_fde),
+        show(k6.miss_rate),
+        show(k6.brier_min_fde)
+    );
+    println!(
+        "  minADE@1 {}  minFDE@1 {}  MR@1 {}",
+        show(k1.min_ade),
+        show(k1.min_fde),
+        show(k1.miss_rate)
+    );
+
+    if let Some(path) = &args.json {
+        write_atomic(
+            path,
+            (serde_json::to_string_pretty(&figures)? + "\n").as_bytes(),
+        )?;
+    }
+    Ok(())
+}
