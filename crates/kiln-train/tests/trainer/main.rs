@@ -7,6 +7,7 @@ mod accumulation;
 mod amp;
 mod clipping;
 mod debug;
+mod errors;
 mod observers;
 mod resume;
 mod scheduler;

@@ -1,0 +1,164 @@
+//! Bad input and limits: errors name what was wrong and where; the `ci` preset's handful.
+
+use burn::module::Module;
+use burn::nn::loss::MseLoss;
+use burn::optim::SgdConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use kiln_train::{
+    Autocast, Error, LossNormalization, Preset, StepOutput, TrainStep, Trainer, TrainerConfig,
+};
+
+use crate::common::{self, Batch, Mlp};
+
+/// Returns one loss per row instead of one value.
+#[derive(Module, Debug)]
+struct Unreduced<B: Backend> {
+    inner: Mlp<B>,
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for Unreduced<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
+        let rows = batch.inputs.dims()[0];
+        let predictions = autocast.full(self.inner.forward(autocast.input(batch.inputs)));
+        let losses = MseLoss::new().forward_no_reduction(predictions, batch.targets);
+        StepOutput::new(losses.reshape([rows]), ())
+    }
+
+    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
+        batch.inputs.dims()[0] as u64
+    }
+}
+
+fn step_output_errors_name_the_step<B: AutodiffBackend>(device: B::Device) {
+    let batch = common::batches::<B>(1, 4, 1, &device).remove(0);
+    let mut unreduced = Trainer::new(
+        Unreduced {
+            inner: common::model::<B>(&device, 1),
+        },
+        SgdConfig::new().init(),
+        0.1,
+        TrainerConfig::new(),
+        device.clone(),
+    )
+    .unwrap();
+    let error = unreduced.train_batch(batch.clone()).unwrap_err();
+    assert!(
+        matches!(&error, Error::LossShape { step: 1, micro_batch: 0, shape } if shape == &[4]),
+        "{error}"
+    );
+
+    let mut items = Trainer::new(
+        common::model::<B>(&device, 1),
+        SgdConfig::new().init(),
+        0.1,
+        TrainerConfig::new().with_loss_normalization(LossNormalization::Items),
+        device.clone(),
+    )
+    .unwrap();
+    let error = items.train_batch(batch).unwrap_err().to_string();
+    assert!(
+        error.contains("with_items") && error.contains("optimizer step 1"),
+        "{error}"
+    );
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("row group 7 of events-003.parquet is truncated")]
+struct LoadError;
+
+/// A failing batch stops `try_fit_with` with the epoch, the batch and the loader's message.
+fn data_errors_name_epoch_and_batch<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(3, 4, 1, &device);
+    let mut trainer = Trainer::new(
+        common::model::<B>(&device, 1),
+        SgdConfig::new().init(),
+        0.1,
+        TrainerConfig::new().with_num_epochs(2),
+        device.clone(),
+    )
+    .unwrap();
+    let error = trainer
+        .try_fit_with(
+            |position| {
+                let fail_at = if position.epoch == 1 { 2 } else { usize::MAX };
+                batches
+                    .clone()
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(index, batch)| {
+                        if index == fail_at {
+                            Err(LoadError)
+                        } else {
+                            Ok(batch)
+                        }
+                    })
+            },
+            |_, _| Ok(()),
+        )
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("epoch 1 at batch 2") && message.contains("events-003.parquet"),
+        "{message}"
+    );
+    assert_eq!(
+        trainer.counters().optimizer_steps,
+        5,
+        "3 steps in epoch 0, 2 in epoch 1"
+    );
+}
+
+/// The `ci` preset trains a handful of batches per epoch and validates on two.
+fn ci_preset_trains_a_handful<B: AutodiffBackend>(device: B::Device) {
+    let config = Preset::Ci.config_for::<B>(&device).with_num_epochs(2);
+    assert!(config.checkpoint.is_none());
+    let mut trainer = Trainer::new(
+        common::model::<B>(&device, 1),
+        SgdConfig::new().init(),
+        0.1,
+        config,
+        device.clone(),
+    )
+    .unwrap();
+    let batches = common::batches::<B>(10, 4, 1, &device);
+    let summary = trainer.fit(|_| batches.clone()).unwrap();
+    assert_eq!(
+        summary.counters.micro_batches, 8,
+        "4 batches in each of 2 epochs"
+    );
+    assert_eq!(summary.position, kiln_core::Position::start_of(2));
+    let valid = common::batches::<B::InnerBackend>(10, 4, 2, &device);
+    let mut updates = CountUpdates::default();
+    assert_eq!(trainer.validate(valid, &mut updates).unwrap(), 2);
+}
+
+/// Counts the validation outputs it is given.
+#[derive(Default)]
+struct CountUpdates(u64);
+
+impl kiln_core::Metric<Vec<f64>> for CountUpdates {
+    type Value = u64;
+    type Error = std::convert::Infallible;
+    fn update(&mut self, _: &Vec<f64>) -> Result<(), Self::Error> {
+        self.0 += 1;
+        Ok(())
+    }
+    fn merge(&mut self, other: &Self) {
+        self.0 += other.0;
+    }
+    fn compute(&self) -> u64 {
+        self.0
+    }
+    fn reset(&mut self) {
+        self.0 = 0;
+    }
+}
+
+crate::backend_tests!(
+    step_output_errors_name_the_step,
+    data_errors_name_epoch_and_batch,
+    ci_preset_trains_a_handful,
+);
