@@ -105,10 +105,11 @@ pub struct TrainerConfig {
     pub loss_normalization: LossNormalization,
     /// Clipping after unscaling. Default none.
     pub clipping: Option<GradientClipping>,
-    /// Compute the global gradient norm every step (for reports) even without norm clipping,
-    /// a loss scaler or anomaly detection, which compute it anyway. It rides on the step's one
-    /// readback but costs a pass over every gradient (about 5% of a small MLP's CPU step).
-    /// Default false; the `balanced` preset turns it on.
+    /// Compute the global gradient norm every step (for reports and the inf/NaN check of the
+    /// gradients) even without norm clipping, a loss scaler or anomaly detection, which compute
+    /// it anyway. It rides on the step's one readback but costs a pass over every gradient.
+    /// Without it a step is still skipped when its loss is not finite. Default false; the
+    /// `balanced`, `reproducible` and `ci` presets turn it on.
     pub track_grad_norm: bool,
     /// Check the loss of every micro-batch and the gradients of every step, and stop with an
     /// error naming the step on NaN or inf (one extra host sync per micro-batch). Default false.

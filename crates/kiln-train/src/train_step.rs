@@ -175,7 +175,9 @@ where
         let (loss_sum, squared_scaled) = read_back(window.loss_sum, squared)?;
         let loss = loss_sum / divisor;
         let grad_norm = squared_scaled.map(|squared| squared.sqrt() * unscale);
-        let finite = squared_scaled.is_none_or(f64::is_finite);
+        // The loss is read back anyway, so checking it is free; the gradients are checked
+        // through their norm whenever it is computed.
+        let finite = loss.is_finite() && squared_scaled.is_none_or(f64::is_finite);
 
         let outcome = if finite {
             let (factor, max_abs) = match self.config.clipping {

@@ -75,4 +75,28 @@ fn skipped_step_does_not_advance_scheduler<B: AutodiffBackend>(device: B::Device
     assert_eq!(counters.optimizer_steps, 6);
 }
 
-crate::backend_tests!(skipped_step_does_not_advance_scheduler);
+/// Without any gradient-norm computation the free loss check still skips a NaN step.
+fn nan_loss_is_skipped_without_norm_tracking<B: AutodiffBackend>(device: B::Device) {
+    let mut trainer = Trainer::new(
+        common::model::<B>(&device, 1),
+        AdamConfig::new().init(),
+        0.01,
+        TrainerConfig::new(),
+        device.clone(),
+    )
+    .unwrap();
+    let batch = common::batches::<B>(1, 4, 2, &device).remove(0);
+    let before = common::params(trainer.model());
+    let report = trainer.train_batch(poisoned(&batch)).unwrap().step.unwrap();
+    assert_eq!(
+        report.outcome,
+        StepOutcome::Skipped(SkipReason::NonFiniteGradients)
+    );
+    assert_eq!(report.grad_norm, None, "no norm was asked for");
+    assert_eq!(common::params(trainer.model()), before);
+}
+
+crate::backend_tests!(
+    skipped_step_does_not_advance_scheduler,
+    nan_loss_is_skipped_without_norm_tracking,
+);
