@@ -13,7 +13,8 @@
 //!   threads) and Burn tensors on any backend, reduced on the device.
 //! - **Errors, not panics**: bad shapes, K = 0, NaN or infinite values and probabilities the
 //!   policy rejects come back as an [`Error`] naming the field, agent and position.
-//! - `per_mode`: av2-style per-hypothesis building blocks.
+//! - `per_mode`: av2-style per-hypothesis building blocks; `precision_recall`: Waymo's PR curve
+//!   and average precision for given (confidence, true positive) samples.
 //! - Feature `burn-train`: `BurnTrajectoryMetric` implements burn-train's `Metric` and
 //!   `Numeric`, so the metrics appear on the dashboard of Burn's `Learner`.
 //!
@@ -46,6 +47,7 @@ mod metric;
 mod mode_errors;
 pub mod per_mode;
 mod policy;
+pub mod precision_recall;
 mod presets;
 mod report;
 mod selection;
