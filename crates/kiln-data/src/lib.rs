@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | [`ParquetSource`] | files, directories or globs; one row group per block; footers read once; column projection; whole row groups decoded through a [`RowDecoder`] | `BlockLayout` + `BlockSource` |
 //! | [`Cached`] | applies a `Transform` per sample and caches the outputs per block: [`DiskCache`] (verified, memory-mapped, atomic, LRU-limited) under an optional [`RamCache`]; [`Cached::warm`] builds it in parallel | `BlockLayout` + `BlockSource` around an inner one |
-//! | [`Loader`] | executes a `Plan` with persistent workers, bounded prefetch and strictly ordered batches; collates with a closure ([`collate_fn`]) or any Burn `Batcher` ([`BurnCollate`]); reports wait times to `Observer`s | consumes `BlockSource`, `Plan` |
+//! | [`Loader`] | executes a `Plan` with persistent workers, bounded prefetch and read-ahead, strictly ordered batches and overlapping back-to-back epochs ([`Epoch::prefetch_next`]); collates with a closure ([`collate_fn`]) or any Burn `Batcher` ([`BurnCollate`]); reports wait times to `Observer`s | consumes `BlockSource`, `Plan` |
 //!
 //! They compose by wrapping: `Loader<Cached<ParquetSource<D>, T>, C>` reads row groups, decodes
 //! them, transforms and caches the samples, and collates batches.

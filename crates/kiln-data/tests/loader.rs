@@ -21,6 +21,7 @@ use kiln_data::{
     BurnCollate, Cached, DiskCache, Error, Loader, LoaderConfig, NoCollate, ParquetSource,
     collate_fn,
 };
+use kiln_sampler::{BlockShuffleConfig, RemainderPolicy};
 use kiln_testkit::{InOrderSampler, MemorySource, RecordingObserver};
 use proptest::prelude::*;
 
@@ -76,7 +77,20 @@ fn exactly_once_and_identical_for_1_2_and_4_workers() {
             .with_prefetch_batches(3);
         let loader = Loader::new(cached, NoCollate, config).unwrap();
         for epoch in 0..2 {
-            let plan = scrambled_plan(loader.source().as_ref(), 16, epoch);
+            // A scrambled permutation, then kiln-sampler's block shuffle.
+            let plan = if epoch == 0 {
+                scrambled_plan(loader.source().as_ref(), 16, epoch)
+            } else {
+                BlockShuffleConfig::default()
+                    .with_open_blocks(4)
+                    .with_buffer_samples(64)
+                    .with_batch_size(16)
+                    .with_remainder(RemainderPolicy::Uneven)
+                    .init()
+                    .unwrap()
+                    .plan(loader.source().as_ref(), &PlanRequest::new(3, epoch))
+                    .unwrap()
+            };
             let order = plan.order().to_vec();
             let batches: Vec<Vec<(u64, f32)>> = loader
                 .epoch(plan)
@@ -322,12 +336,11 @@ fn dropping_an_epoch_midway_stops_its_work_and_the_loader_stays_usable() {
         inner: MemorySource::with_ids(&[&[4; 200]]),
         reads: AtomicU64::new(0),
     };
-    let loader = Loader::new(
-        source,
-        NoCollate,
-        LoaderConfig::new().with_workers(2).with_prefetch_batches(2),
-    )
-    .unwrap();
+    let config = LoaderConfig::new()
+        .with_workers(2)
+        .with_prefetch_batches(2)
+        .with_read_ahead_blocks(2);
+    let loader = Loader::new(source, NoCollate, config).unwrap();
     let sampler = InOrderSampler::new(4);
     let mut epoch = loader
         .plan_epoch(&sampler, &PlanRequest::new(0, 0))
@@ -410,10 +423,11 @@ fn a_plan_for_another_layout_is_refused() {
 #[test]
 fn the_memory_bound_follows_the_plan() {
     let source = MemorySource::with_ids(&[&[100; 10]]);
-    let loader = ids_loader(
-        source,
-        LoaderConfig::new().with_workers(2).with_prefetch_batches(2),
-    );
+    let config = LoaderConfig::new()
+        .with_workers(2)
+        .with_prefetch_batches(2)
+        .with_read_ahead_blocks(2);
+    let loader = ids_loader(source, config);
     let sequential = InOrderSampler::new(10)
         .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
         .unwrap();
@@ -485,4 +499,56 @@ fn plans_built_directly_on_a_layout_work() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(batches, vec![vec![3, 2], vec![1, 0]]);
+}
+
+#[test]
+fn chained_epochs_match_separate_ones() {
+    let source = MemorySource::with_ids(&[&[7, 5], &[9, 3]]);
+    let config = LoaderConfig::new().with_workers(2).with_prefetch_batches(2);
+    let loader = ids_loader(source, config);
+    let plans: Vec<Plan> = (0..3)
+        .map(|epoch| scrambled_plan(loader.source().as_ref(), 4, epoch))
+        .collect();
+    let separate: Vec<Vec<Vec<u64>>> = plans
+        .iter()
+        .map(|plan| {
+            loader
+                .epoch(plan.clone())
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        })
+        .collect();
+    let mut chained = Vec::new();
+    let mut epoch = loader.epoch(plans[0].clone()).unwrap();
+    for next in 1..=plans.len() {
+        if let Some(plan) = plans.get(next) {
+            epoch.prefetch_next(plan.clone());
+        }
+        chained.push(epoch.by_ref().collect::<Result<Vec<_>, _>>().unwrap());
+        match epoch.into_next() {
+            Some(started) => epoch = started.unwrap(),
+            None => {
+                assert_eq!(next, plans.len(), "only the last epoch has no successor");
+                break;
+            }
+        }
+    }
+    assert_eq!(chained, separate);
+}
+
+#[test]
+fn a_bad_next_plan_is_reported_when_taken() {
+    let big = MemorySource::with_ids(&[&[10, 10]]);
+    let foreign = InOrderSampler::new(4)
+        .plan(&big, &PlanRequest::new(0, 1))
+        .unwrap();
+    let loader = ids_loader(MemorySource::with_ids(&[&[10]]), LoaderConfig::new());
+    let mut epoch = loader
+        .plan_epoch(&InOrderSampler::new(4), &PlanRequest::new(0, 0))
+        .unwrap();
+    epoch.prefetch_next(foreign);
+    assert_eq!(epoch.by_ref().count(), 3);
+    let error = epoch.into_next().unwrap().unwrap_err();
+    assert!(matches!(error, Error::PlanMismatch { .. }), "{error}");
 }

@@ -167,7 +167,7 @@ impl DiskCache {
         // and replaced or evicted only by rename or unlink, which leave an existing mapping's
         // file intact. The map is read-only, and every byte is verified before use. The cache
         // directory must not be written by other programs (documented on `DiskCache`).
-        let map = unsafe { MmapOptions::new().populate().map(&file) }
+        let map = unsafe { MmapOptions::new().map(&file) }
             .map_err(|source| Error::io("memory-mapping", &path, source))?;
         match Segment::verify(SegmentBytes::Mapped(map), key) {
             Ok(segment) => {

@@ -11,9 +11,13 @@ pub struct LoaderConfig {
     /// Persistent worker threads that read blocks and collate batches (default: the available
     /// parallelism, at most 8).
     pub workers: usize,
-    /// Batches assembled ahead of the consumer (default 4). Blocks are read as far ahead as
-    /// these batches need, plus at most one extra block per worker.
+    /// Batches assembled ahead of the consumer (default 4).
     pub prefetch_batches: usize,
+    /// Blocks read beyond those the prefetched batches need (default 32), in the plan's
+    /// schedule order. This keeps workers busy when a plan needs many new blocks at once, as a
+    /// block shuffle does at the start of each shuffle-buffer window, at the cost of holding at
+    /// most this many extra blocks. At least one per worker is sensible.
+    pub read_ahead_blocks: usize,
     /// Drop the last batch of an epoch when it is shorter than the batch size (default false).
     pub drop_last: bool,
 }
@@ -24,6 +28,7 @@ impl Default for LoaderConfig {
         Self {
             workers,
             prefetch_batches: 4,
+            read_ahead_blocks: 32,
             drop_last: false,
         }
     }
@@ -44,6 +49,12 @@ impl LoaderConfig {
     /// Sets how many batches are assembled ahead of the consumer.
     pub fn with_prefetch_batches(mut self, prefetch_batches: usize) -> Self {
         self.prefetch_batches = prefetch_batches;
+        self
+    }
+
+    /// Sets how many blocks are read beyond those the prefetched batches need.
+    pub fn with_read_ahead_blocks(mut self, read_ahead_blocks: usize) -> Self {
+        self.read_ahead_blocks = read_ahead_blocks;
         self
     }
 

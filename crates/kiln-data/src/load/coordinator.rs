@@ -1,7 +1,6 @@
 //! The per-epoch coordinator: dispatches block reads in schedule order, assembles batches in
 //! plan order, hands them to workers for collation, and frees blocks after their last use.
 
-use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,17 +28,20 @@ pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
     /// Per position: move (true) or clone (false) the sample; `None` means always move.
     pub(crate) last_occurrence: Option<Vec<bool>>,
     pub(crate) prefetch_batches: u64,
-    pub(crate) workers: usize,
+    pub(crate) read_ahead_blocks: usize,
     /// Batch index of the epoch's first batch (non-zero after a resume), for messages.
     pub(crate) first_batch: u64,
     pub(crate) cancel: Arc<AtomicBool>,
-    pub(crate) credits: Receiver<()>,
+    /// Set once every block read has been submitted (or the coordinator stopped): the next
+    /// epoch may then start reading without delaying this one.
+    pub(crate) reads_dispatched: Arc<AtomicBool>,
+    /// Batches delivered so far, sent by the consumer every few batches.
+    pub(crate) credits: Receiver<u64>,
     pub(crate) output: Sender<Delivery<C::Output>>,
 }
 
 /// A block's samples while it is in use; taken samples leave `None` behind.
 struct Resident<I> {
-    first_sample: u64,
     samples: Vec<Option<I>>,
 }
 
@@ -51,15 +53,19 @@ struct Progress<I> {
     arrived: Vec<bool>,
     /// Length of the prefix of `uses` that has arrived.
     ready_prefix: usize,
-    resident: HashMap<BlockIndex, Resident<I>>,
+    /// Indexed by block: a plain vector, because it is looked up once per delivered sample.
+    resident: Vec<Option<Resident<I>>>,
     /// Next entry of `by_last_use` to free.
     next_free: usize,
-    /// Batches handed to the consumer (from its credits).
+    /// Batches handed to the consumer (as of its last credit message).
     consumed: u64,
     /// Batches assembled and sent for collation.
     assembled: u64,
     /// The earliest failing batch and its error.
     failure: Option<(u64, Error)>,
+    /// One past the last sample of each block: a compact copy of the layout for the
+    /// per-sample block lookup.
+    block_ends: Vec<u64>,
 }
 
 impl<S, C> Coordinator<S, C>
@@ -73,6 +79,7 @@ where
     pub(crate) fn run(self) {
         let mut assembled = 0;
         let outcome = catch_unwind(AssertUnwindSafe(|| self.drive(&mut assembled)));
+        self.reads_dispatched.store(true, Ordering::Relaxed);
         if let Err(payload) = outcome {
             let error = Error::panicked("scheduling the epoch".to_owned(), payload);
             let _ = self.output.send((assembled, Err(error)));
@@ -81,22 +88,21 @@ where
 
     fn drive(&self, assembled_out: &mut u64) {
         let (results_tx, results) = unbounded::<BlockResult<S::Item>>();
-        let index_of_use: HashMap<BlockIndex, usize> = self
-            .schedule
-            .uses
-            .iter()
-            .enumerate()
-            .map(|(index, used)| (used.block, index))
-            .collect();
+        let blocks = self.source.num_blocks();
+        let mut index_of_use = vec![usize::MAX; blocks];
+        for (index, used) in self.schedule.uses.iter().enumerate() {
+            index_of_use[used.block as usize] = index;
+        }
         let mut progress = Progress {
             next_read: 0,
             arrived: vec![false; self.schedule.uses.len()],
             ready_prefix: 0,
-            resident: HashMap::new(),
+            resident: std::iter::repeat_with(|| None).take(blocks).collect(),
             next_free: 0,
             consumed: 0,
             assembled: 0,
             failure: None,
+            block_ends: self.source.blocks().iter().map(Block::end).collect(),
         };
         loop {
             if self.cancel.load(Ordering::Relaxed) {
@@ -125,7 +131,7 @@ where
                     }
                 }
                 recv(self.credits) -> credit => match credit {
-                    Ok(()) => progress.consumed += 1,
+                    Ok(delivered) => progress.consumed = progress.consumed.max(delivered),
                     // The consumer dropped the epoch.
                     Err(_) => return,
                 },
@@ -133,8 +139,9 @@ where
         }
     }
 
-    /// Reads every block the prefetch window needs, plus up to one block per worker beyond it
-    /// so no worker idles while the consumer is busy.
+    /// Reads every block the prefetch window needs, plus up to `read_ahead_blocks` beyond it
+    /// (in schedule order) so workers keep busy while the consumer works through resident
+    /// blocks.
     fn dispatch_reads(
         &self,
         progress: &mut Progress<S::Item>,
@@ -154,12 +161,15 @@ where
             if used.first_use >= window_end {
                 let in_window =
                     uses[..progress.next_read].partition_point(|used| used.first_use < window_end);
-                if progress.next_read - in_window >= self.workers {
+                if progress.next_read - in_window >= self.read_ahead_blocks {
                     break;
                 }
             }
             self.submit_read(used.block, results.clone());
             progress.next_read += 1;
+        }
+        if progress.next_read == uses.len() {
+            self.reads_dispatched.store(true, Ordering::Relaxed);
         }
     }
 
@@ -196,24 +206,20 @@ where
     fn receive_block(
         &self,
         progress: &mut Progress<S::Item>,
-        index_of_use: &HashMap<BlockIndex, usize>,
+        index_of_use: &[usize],
         block: BlockIndex,
         result: Result<Vec<S::Item>>,
     ) {
-        let Some(&index) = index_of_use.get(&block) else {
+        let Some(&index) = index_of_use
+            .get(block as usize)
+            .filter(|&&index| index != usize::MAX)
+        else {
             return;
         };
         match result {
             Ok(samples) => {
-                let first_sample = self.source.blocks()[block as usize].first_sample;
                 let samples = samples.into_iter().map(Some).collect();
-                progress.resident.insert(
-                    block,
-                    Resident {
-                        first_sample,
-                        samples,
-                    },
-                );
+                progress.resident[block as usize] = Some(Resident { samples });
                 progress.arrived[index] = true;
                 while progress.arrived.get(progress.ready_prefix) == Some(&true) {
                     progress.ready_prefix += 1;
@@ -260,55 +266,94 @@ where
                 if last_use >= range.end {
                     break;
                 }
-                progress.resident.remove(&block);
+                progress.resident[block as usize] = None;
                 progress.next_free += 1;
             }
             progress.assembled += 1;
         }
     }
 
+    /// Moves (or, for a repeated sample, clones) the samples of a batch out of their blocks.
     fn take_samples(
         &self,
         progress: &mut Progress<S::Item>,
         positions: std::ops::Range<u64>,
     ) -> Result<Vec<S::Item>> {
-        let order = self.plan.order();
-        let mut samples = Vec::with_capacity((positions.end - positions.start) as usize);
+        let first = positions.start;
+        let order = &self.plan.order()[positions.start as usize..positions.end as usize];
+        let missing = |offset: usize, block: BlockIndex| Error::PlanMismatch {
+            reason: format!(
+                "sample {} at plan position {} is in block {block}, which the plan's schedule \
+                 does not hold there (was the plan built for another layout?)",
+                order[offset],
+                first + offset as u64
+            ),
+        };
+        // Pass 1 locates every sample (block and row) from the layout alone, which stays in
+        // cache.
+        let mut places = Vec::with_capacity(order.len());
         let mut current: Option<(BlockIndex, std::ops::Range<u64>)> = None;
-        for position in positions {
-            let sample = order[position as usize];
-            let block = match &current {
-                Some((block, range)) if range.contains(&sample) => *block,
+        for (offset, &sample) in order.iter().enumerate() {
+            let (block, range) = match &current {
+                Some((block, range)) if range.contains(&sample) => (*block, range.clone()),
                 _ => {
-                    let block =
-                        self.source
-                            .block_of(sample)
-                            .ok_or_else(|| Error::PlanMismatch {
-                                reason: format!(
-                                    "plan position {position} names unknown sample {sample}"
-                                ),
-                            })?;
-                    current = Some((block, self.source.blocks()[block as usize].samples()));
-                    block
+                    // The first block ending after the sample (empty blocks end where they
+                    // start, so they are never chosen).
+                    let block = progress.block_ends.partition_point(|&end| end <= sample);
+                    if block == progress.block_ends.len() {
+                        return Err(Error::PlanMismatch {
+                            reason: format!(
+                                "plan position {} names unknown sample {sample}",
+                                first + offset as u64
+                            ),
+                        });
+                    }
+                    let block = block as BlockIndex;
+                    let range = self.source.blocks()[block as usize].samples();
+                    current = Some((block, range.clone()));
+                    (block, range)
                 }
             };
-            let missing = || Error::PlanMismatch {
-                reason: format!(
-                    "sample {sample} at plan position {position} is in block {block}, which the \
-                     plan's schedule does not hold there (was the plan built for another layout?)"
-                ),
-            };
-            let resident = progress.resident.get_mut(&block).ok_or_else(missing)?;
-            let slot = resident
-                .samples
-                .get_mut((sample - resident.first_sample) as usize)
-                .ok_or_else(missing)?;
+            places.push((block, (sample - range.start) as usize));
+        }
+        // Pass 2 checks every slot is filled. In a shuffled plan nearly every sample is a cache
+        // miss; this tight loop of independent loads lets the CPU fetch many at once, and pass 3
+        // then finds them in cache.
+        let resident = &progress.resident;
+        let filled = places
+            .iter()
+            .filter(|&&(block, row)| {
+                resident[block as usize]
+                    .as_ref()
+                    .and_then(|resident| resident.samples.get(row))
+                    .is_some_and(Option::is_some)
+            })
+            .count();
+        if filled != places.len() {
+            let offset = places
+                .iter()
+                .position(|&(block, row)| {
+                    resident[block as usize]
+                        .as_ref()
+                        .and_then(|resident| resident.samples.get(row))
+                        .is_none_or(Option::is_none)
+                })
+                .unwrap_or(0);
+            return Err(missing(offset, places[offset].0));
+        }
+        // Pass 3 takes them.
+        let mut samples = Vec::with_capacity(order.len());
+        for (offset, (block, row)) in places.into_iter().enumerate() {
+            let slot = progress.resident[block as usize]
+                .as_mut()
+                .and_then(|resident| resident.samples.get_mut(row))
+                .ok_or_else(|| missing(offset, block))?;
             let moved = self
                 .last_occurrence
                 .as_ref()
-                .is_none_or(|last| last[position as usize]);
+                .is_none_or(|last| last[(first as usize) + offset]);
             let item = if moved { slot.take() } else { slot.clone() };
-            samples.push(item.ok_or_else(missing)?);
+            samples.push(item.ok_or_else(|| missing(offset, block))?);
         }
         Ok(samples)
     }

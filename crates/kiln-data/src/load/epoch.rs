@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use kiln_core::{Event, Observer, Plan, Position};
 
 use super::coordinator::Delivery;
+use super::launch::Launch;
 use super::schedule::EpochSchedule;
 use crate::{Error, Result};
 
@@ -30,11 +31,23 @@ pub struct Epoch<'loader, O> {
     finished: bool,
     pending: BTreeMap<u64, Result<O>>,
     output: Receiver<Delivery<O>>,
-    credits: Option<Sender<()>>,
+    credits: Option<Sender<u64>>,
+    credit_every: u64,
     cancel: Arc<AtomicBool>,
     coordinator: Option<JoinHandle<()>>,
     observers: Arc<Vec<Arc<dyn Observer>>>,
+    reads_dispatched: Arc<AtomicBool>,
+    launcher: Arc<dyn Launch<O>>,
+    next: Next<'loader, O>,
     loader: PhantomData<&'loader ()>,
+}
+
+/// The epoch after this one, when one was announced with [`Epoch::prefetch_next`].
+enum Next<'loader, O> {
+    Nothing,
+    Planned(Plan),
+    Started(Box<Epoch<'loader, O>>),
+    Failed(Error),
 }
 
 /// The channels and thread an [`Epoch`] consumes from.
@@ -42,13 +55,18 @@ pub(crate) struct EpochParts<O> {
     pub(crate) plan: Arc<Plan>,
     pub(crate) schedule: EpochSchedule,
     pub(crate) output: Receiver<Delivery<O>>,
-    pub(crate) credits: Sender<()>,
+    pub(crate) credits: Sender<u64>,
+    /// How many batches the consumer takes between credit messages (at most the prefetch
+    /// depth, so the coordinator never waits for a credit it needs).
+    pub(crate) credit_every: u64,
     pub(crate) cancel: Arc<AtomicBool>,
     pub(crate) coordinator: Option<JoinHandle<()>>,
     pub(crate) observers: Arc<Vec<Arc<dyn Observer>>>,
+    pub(crate) reads_dispatched: Arc<AtomicBool>,
+    pub(crate) launcher: Arc<dyn Launch<O>>,
 }
 
-impl<O> Epoch<'_, O> {
+impl<'loader, O> Epoch<'loader, O> {
     pub(crate) fn new(parts: EpochParts<O>) -> Self {
         let first_batch = parts.plan.already_consumed() / parts.plan.batch_size();
         Self {
@@ -61,10 +79,50 @@ impl<O> Epoch<'_, O> {
             pending: BTreeMap::new(),
             output: parts.output,
             credits: Some(parts.credits),
+            credit_every: parts.credit_every.max(1),
             cancel: parts.cancel,
             coordinator: parts.coordinator,
             observers: parts.observers,
+            reads_dispatched: parts.reads_dispatched,
+            launcher: parts.launcher,
+            next: Next::Nothing,
             loader: PhantomData,
+        }
+    }
+
+    /// Announces the next epoch's plan so its first blocks are read while this epoch finishes.
+    ///
+    /// The next epoch starts (its coordinator reads blocks and assembles up to the prefetch depth)
+    /// as soon as this epoch has requested all of its own blocks, so the next epoch's opening
+    /// reads overlap this epoch's last batches instead of stalling the start of the next one.
+    /// Take it with [`into_next`](Self::into_next). While both run, the loader holds both
+    /// epochs' resident blocks.
+    pub fn prefetch_next(&mut self, plan: Plan) {
+        self.next = Next::Planned(plan);
+        self.start_next_if_ready();
+    }
+
+    /// The next epoch announced with [`prefetch_next`](Self::prefetch_next) (started now if it
+    /// had not started yet); `None` when none was announced. Drops what is left of this epoch.
+    pub fn into_next(mut self) -> Option<Result<Epoch<'loader, O>>> {
+        match std::mem::replace(&mut self.next, Next::Nothing) {
+            Next::Nothing => None,
+            Next::Planned(plan) => Some(Arc::clone(&self.launcher).launch(plan).map(Epoch::new)),
+            Next::Started(next) => Some(Ok(*next)),
+            Next::Failed(error) => Some(Err(error)),
+        }
+    }
+
+    fn start_next_if_ready(&mut self) {
+        let ready = self.finished || self.reads_dispatched.load(Ordering::Relaxed);
+        if !ready || !matches!(self.next, Next::Planned(_)) {
+            return;
+        }
+        if let Next::Planned(plan) = std::mem::replace(&mut self.next, Next::Nothing) {
+            self.next = match Arc::clone(&self.launcher).launch(plan) {
+                Ok(parts) => Next::Started(Box::new(Epoch::new(parts))),
+                Err(error) => Next::Failed(error),
+            };
         }
     }
 
@@ -130,6 +188,7 @@ impl<O> Iterator for Epoch<'_, O> {
 
     fn next(&mut self) -> Option<Result<O>> {
         if self.finished {
+            self.start_next_if_ready();
             return None;
         }
         let started = Instant::now();
@@ -153,12 +212,17 @@ impl<O> Iterator for Epoch<'_, O> {
         self.delivered_batches += 1;
         self.delivered_samples += samples;
         self.finished = self.delivered_batches == self.schedule.batches;
-        if let Some(credits) = &self.credits {
-            let _ = credits.send(());
+        // Telling the coordinator every few batches rather than every batch halves its
+        // wake-ups or better; it stays within the prefetch depth either way.
+        if let Some(credits) = &self.credits
+            && (self.delivered_batches.is_multiple_of(self.credit_every) || self.finished)
+        {
+            let _ = credits.send(self.delivered_batches);
         }
         for observer in self.observers.iter() {
             observer.on_event(&event);
         }
+        self.start_next_if_ready();
         Some(Ok(batch))
     }
 

@@ -1,18 +1,16 @@
 //! `Loader`: executes epoch plans with persistent workers and ordered, bounded prefetch.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
-use crossbeam_channel::unbounded;
 use kiln_core::{BlockLayout, BlockSource, Observer, Plan, PlanRequest, Position, Sampler};
 
 use super::collate::Collate;
 use super::config::LoaderConfig;
-use super::coordinator::Coordinator;
-use super::epoch::{Epoch, EpochParts};
+use super::epoch::Epoch;
+use super::launch::{Launch, Launcher};
 use super::pool::WorkerPool;
-use super::schedule::{EpochSchedule, MemoryBound, last_occurrences};
-use crate::{Error, Result};
+use super::schedule::{EpochSchedule, MemoryBound};
+use crate::Result;
 
 /// Executes a sampler's epoch [`Plan`] over a block source and yields collated batches.
 ///
@@ -21,7 +19,8 @@ use crate::{Error, Result};
 /// - **Order**: blocks are read in the plan's schedule order; batches are assembled strictly in
 ///   plan order by one coordinator per epoch, so the output is identical for any worker count.
 /// - **Prefetch**: at most `prefetch_batches` batches are assembled ahead of the consumer;
-///   blocks are read as far ahead as those batches need, plus at most one block per worker.
+///   blocks are read as far ahead as those batches need, plus at most `read_ahead_blocks` more
+///   in schedule order.
 /// - **Freeing**: a block is dropped as soon as the batch holding its last use is assembled.
 /// - **Errors**: a failed read, a failing transform, or a panic in a read or a collation ends
 ///   the epoch with an `Err` naming the block and file (or batch), after every batch before it:
@@ -30,11 +29,13 @@ use crate::{Error, Result};
 ///   consumer waited for each batch.
 /// - **Resume**: [`resume_epoch`](Self::resume_epoch) continues from a saved [`Position`]
 ///   ([`Epoch::position`]) with exactly the batches an uninterrupted run would still deliver.
+/// - **Back to back**: [`Epoch::prefetch_next`] starts reading the next epoch's first blocks
+///   while the current one finishes, so epochs do not each open with a stall.
 ///
 /// # Memory bound
 ///
 /// While an epoch runs, the loader holds at most the blocks that the batches within the
-/// prefetch window use, plus one block per worker read ahead, plus `prefetch_batches` assembled
+/// prefetch window use, plus `read_ahead_blocks` blocks read ahead, plus `prefetch_batches` assembled
 /// batches. How many blocks the window spans depends on the plan: one or two for a sequential
 /// plan, about the number of interleaved blocks for a block shuffle, and every block for a
 /// uniform random permutation. [`memory_bound`](Self::memory_bound) computes the exact bound
@@ -53,11 +54,8 @@ use crate::{Error, Result};
 /// assert_eq!(batches, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8]]);
 /// ```
 pub struct Loader<S, C> {
-    source: Arc<S>,
-    collate: Arc<C>,
-    config: LoaderConfig,
+    launcher: Arc<Launcher<S, C>>,
     pool: WorkerPool,
-    observers: Arc<Vec<Arc<dyn Observer>>>,
 }
 
 impl<S, C> Loader<S, C>
@@ -76,31 +74,40 @@ where
     /// statistics while loading).
     pub fn with_shared_source(source: Arc<S>, collate: C, config: LoaderConfig) -> Result<Self> {
         config.validate()?;
-        Ok(Self {
+        let pool = WorkerPool::new(config.workers)?;
+        let launcher = Launcher {
             source,
             collate: Arc::new(collate),
+            jobs: pool.sender(),
             config,
-            pool: WorkerPool::new(config.workers)?,
             observers: Arc::new(Vec::new()),
+        };
+        Ok(Self {
+            launcher: Arc::new(launcher),
+            pool,
         })
     }
 
     /// Adds an observer of [`Event::BatchReady`](kiln_core::Event::BatchReady) events.
     pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
-        let mut observers: Vec<Arc<dyn Observer>> = self.observers.iter().cloned().collect();
+        let mut observers: Vec<Arc<dyn Observer>> =
+            self.launcher.observers.iter().cloned().collect();
         observers.push(Arc::new(observer));
-        self.observers = Arc::new(observers);
+        self.launcher = Arc::new(Launcher {
+            observers: Arc::new(observers),
+            ..(*self.launcher).clone()
+        });
         self
     }
 
     /// The source.
     pub fn source(&self) -> &Arc<S> {
-        &self.source
+        &self.launcher.source
     }
 
     /// The settings.
     pub fn config(&self) -> LoaderConfig {
-        self.config
+        self.launcher.config
     }
 
     /// Starts delivering a plan (a fresh one, or one resumed with
@@ -108,58 +115,8 @@ where
     ///
     /// Fails when the plan names samples the source does not have.
     pub fn epoch(&self, plan: Plan) -> Result<Epoch<'_, C::Output>> {
-        let last_occurrence = last_occurrences(plan.order(), self.source.as_ref())?;
-        if let Some(used) = plan
-            .schedule()
-            .iter()
-            .find(|used| used.block as usize >= self.source.num_blocks())
-        {
-            return Err(Error::PlanMismatch {
-                reason: format!(
-                    "the plan reads block {}, but the source has {} blocks",
-                    used.block,
-                    self.source.num_blocks()
-                ),
-            });
-        }
-        let plan = Arc::new(plan);
-        let schedule = EpochSchedule::new(&plan, self.config.drop_last);
-        let (output_tx, output) = unbounded();
-        let (credits, credits_rx) = unbounded();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let coordinator = if schedule.batches == 0 {
-            None
-        } else {
-            let coordinator = Coordinator {
-                source: Arc::clone(&self.source),
-                collate: Arc::clone(&self.collate),
-                jobs: self.pool.sender(),
-                plan: Arc::clone(&plan),
-                schedule: schedule.clone(),
-                last_occurrence,
-                prefetch_batches: self.config.prefetch_batches as u64,
-                workers: self.config.workers,
-                first_batch: plan.already_consumed() / plan.batch_size(),
-                cancel: Arc::clone(&cancel),
-                credits: credits_rx,
-                output: output_tx,
-            };
-            let what = format!("kiln-data epoch {} coordinator", plan.epoch());
-            let handle = std::thread::Builder::new()
-                .name(what.clone())
-                .spawn(move || coordinator.run())
-                .map_err(|source| Error::Thread { what, source })?;
-            Some(handle)
-        };
-        Ok(Epoch::new(EpochParts {
-            plan,
-            schedule,
-            output,
-            credits,
-            cancel,
-            coordinator,
-            observers: Arc::clone(&self.observers),
-        }))
+        let launcher: Arc<dyn Launch<C::Output>> = self.launcher.clone();
+        Ok(Epoch::new(launcher.launch(plan)?))
     }
 
     /// Plans an epoch over the source with `sampler` and starts delivering it.
@@ -168,7 +125,7 @@ where
         sampler: &(impl Sampler + ?Sized),
         request: &PlanRequest,
     ) -> Result<Epoch<'_, C::Output>> {
-        let plan = sampler.plan(self.source.as_ref(), request)?;
+        let plan = sampler.plan(self.source().as_ref(), request)?;
         self.epoch(plan)
     }
 
@@ -180,18 +137,19 @@ where
         request: &PlanRequest,
         position: Position,
     ) -> Result<Epoch<'_, C::Output>> {
-        let plan = sampler.resume(self.source.as_ref(), request, position)?;
+        let plan = sampler.resume(self.source().as_ref(), request, position)?;
         self.epoch(plan)
     }
 
     /// What executing `plan` holds in memory at most, in samples (see the type's docs).
     pub fn memory_bound(&self, plan: &Plan) -> MemoryBound {
-        let schedule = EpochSchedule::new(plan, self.config.drop_last);
+        let config = self.config();
+        let schedule = EpochSchedule::new(plan, config.drop_last);
         MemoryBound::of(
             &schedule,
-            self.source.as_ref(),
-            self.config.prefetch_batches as u64,
-            self.config.workers as u64,
+            self.source().as_ref(),
+            config.prefetch_batches as u64,
+            config.read_ahead_blocks,
         )
     }
 }
@@ -199,8 +157,9 @@ where
 impl<S, C> std::fmt::Debug for Loader<S, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loader")
-            .field("config", &self.config)
-            .field("observers", &self.observers.len())
+            .field("config", &self.launcher.config)
+            .field("workers", &self.pool)
+            .field("observers", &self.launcher.observers.len())
             .finish_non_exhaustive()
     }
 }

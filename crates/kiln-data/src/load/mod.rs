@@ -5,6 +5,7 @@ mod collate;
 mod config;
 mod coordinator;
 mod epoch;
+mod launch;
 mod loader;
 mod pool;
 mod schedule;

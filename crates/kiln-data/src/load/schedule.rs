@@ -115,7 +115,8 @@ pub struct MemoryBound {
     pub peak_window_blocks: u64,
     /// Most source samples resident at once in those blocks.
     pub peak_window_samples: u64,
-    /// Samples of blocks read ahead of the window: at most one block per worker.
+    /// Samples of blocks read ahead of the window: at most `read_ahead_blocks` blocks (the
+    /// largest ones are counted).
     pub read_ahead_samples: u64,
     /// Samples held in assembled batches not yet handed over (prefetch depth × batch size).
     pub batch_samples: u64,
@@ -133,15 +134,15 @@ impl MemoryBound {
         schedule: &EpochSchedule,
         layout: &(impl BlockLayout + ?Sized),
         prefetch_batches: u64,
-        workers: u64,
+        read_ahead_blocks: usize,
     ) -> Self {
         let batches = schedule.batches as usize;
         let mut block_delta = vec![0i64; batches + 1];
         let mut sample_delta = vec![0i64; batches + 1];
-        let mut largest_block = 0;
+        let mut rows_by_size = Vec::with_capacity(schedule.uses.len());
         for used in &schedule.uses {
             let rows = layout.blocks()[used.block as usize].rows;
-            largest_block = largest_block.max(rows);
+            rows_by_size.push(rows);
             // Held while the consumer is at batch c with
             // first_use < (c + prefetch) × batch size and last_use >= c × batch size.
             let first = (schedule.batch_of(used.first_use) + 1).saturating_sub(prefetch_batches);
@@ -167,10 +168,11 @@ impl MemoryBound {
                 .unwrap_or(0)
                 .max(0) as u64
         };
+        rows_by_size.sort_unstable_by(|a, b| b.cmp(a));
         Self {
             peak_window_blocks: peak(&block_delta),
             peak_window_samples: peak(&sample_delta),
-            read_ahead_samples: workers * largest_block,
+            read_ahead_samples: rows_by_size.iter().take(read_ahead_blocks).sum(),
             batch_samples: prefetch_batches * schedule.batch_size,
         }
     }
