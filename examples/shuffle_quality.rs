@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 /// Compare the shuffle quality and plan cost of kiln's samplers.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Number of files in the synthetic layout.
     #[arg(long, default_value_t = 660)]

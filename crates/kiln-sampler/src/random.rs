@@ -63,7 +63,9 @@ impl RandomSampler {
 
 impl Sampler for RandomSampler {
     fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        self.sharding.validate()?;
+        // Fail on the sharding before building the order.
+        self.sharding
+            .batches_per_rank(layout.num_samples(), request.shard.world())?;
         let order = self.global_order(layout, request.seed, request.epoch)?;
         self.sharding.plan(order, layout, request)
     }

@@ -50,6 +50,7 @@ impl PlanRng {
     }
 
     /// The next raw 64-bit word of the stream.
+    #[inline]
     pub(crate) fn next_u64(&mut self) -> u64 {
         self.0.next_u64()
     }
@@ -58,6 +59,7 @@ impl PlanRng {
     ///
     /// Lemire's multiply-and-reject method: exact (no modulo bias) and nearly always a single
     /// draw.
+    #[inline]
     pub(crate) fn below(&mut self, bound: u64) -> u64 {
         debug_assert!(bound > 0, "below(0) has no valid result");
         let mut product = u128::from(self.next_u64()) * u128::from(bound);

@@ -45,7 +45,9 @@ impl SequentialSampler {
 
 impl Sampler for SequentialSampler {
     fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        self.sharding.validate()?;
+        // Fail on the sharding before building the order.
+        self.sharding
+            .batches_per_rank(layout.num_samples(), request.shard.world())?;
         self.sharding
             .plan(self.global_order(layout), layout, request)
     }

@@ -50,7 +50,8 @@ pub enum RemainderPolicy {
 /// use kiln_sampler::{RemainderPolicy, Sharding};
 ///
 /// let sharding = Sharding::new(64, RemainderPolicy::Pad);
-/// assert_eq!(sharding.batches_per_rank(1000, 4).unwrap(), 4); // 16 global batches of 256, padded
+/// // 1,000 samples in global batches of 64 x 4 = 256: 4 batches per rank, 24 samples repeated.
+/// assert_eq!(sharding.batches_per_rank(1000, 4).unwrap(), 4);
 /// assert_eq!(Sharding::default(), Sharding::new(1, RemainderPolicy::Drop));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

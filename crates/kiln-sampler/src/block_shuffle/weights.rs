@@ -49,8 +49,13 @@ impl LaneWeights {
     }
 
     /// Draws a lane with probability `weight / total`; `total` must be positive.
+    #[inline]
     pub(crate) fn pick(&mut self, rng: &mut PlanRng) -> usize {
         debug_assert!(self.total > 0);
+        if let [only] = self.active[..] {
+            // One lane left (always, for a pure block shuffle): nothing to draw.
+            return only as usize;
+        }
         loop {
             let lane = self.active[rng.below(self.active.len() as u64) as usize] as usize;
             if rng.below(self.bound) < self.weights[lane] {
