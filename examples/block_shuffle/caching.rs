@@ -1,0 +1,176 @@
+//! The preprocessing cache: a cold epoch against cache-hit epochs, and verified cache reads
+//! against plain page-cache reads of the same bytes.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use kiln::core::{BlockLayout, BlockSource, Fingerprint, PlanRequest, Sampler, Transform};
+use kiln::data::{Cached, Codec, DiskCache, Loader, LoaderConfig, ParquetSource, RowDecoder};
+use kiln::sampler::BlockShuffleSampler;
+
+use crate::dataset::Row;
+use crate::graph::{BuildGraph, digest_collate};
+use crate::timing::{median, run_epoch};
+
+/// The cache figures.
+#[derive(Debug, Clone, Copy)]
+pub struct Caching {
+    /// The transform alone, on one core.
+    pub graph_microseconds_per_sample: f64,
+    /// The cold epoch: Parquet, transform, cache write.
+    pub cold_preprocess_rows_per_s: f64,
+    /// Cache-hit epochs of the same plan (median).
+    pub cached_rows_per_s: f64,
+    /// Whether every cache-hit epoch delivered exactly the bytes of the cold one.
+    pub warm_equals_cold: bool,
+    /// Misses of the cold epoch.
+    pub cold_misses: u64,
+    /// Disk hits of the cache-hit epochs.
+    pub disk_hits: u64,
+    /// Segments.
+    pub segments: usize,
+    /// Bytes of all segments.
+    pub cache_bytes: u64,
+    /// Plain reads of the segment files (bytes/s, one thread).
+    pub page_cache_bytes_per_s: f64,
+    /// Verified cache reads of the same bytes (bytes/s, one thread).
+    pub cache_read_bytes_per_s: f64,
+}
+
+/// What the cache measurement needs.
+pub struct CachingSetup<'a> {
+    /// The dataset's files.
+    pub paths: &'a [PathBuf],
+    /// The transform to cache.
+    pub transform: BuildGraph,
+    /// An empty directory for the cache.
+    pub cache_dir: &'a Path,
+    /// The block shuffle whose epoch-0 plan every epoch uses.
+    pub shuffle: &'a BlockShuffleSampler,
+    /// Loader settings.
+    pub config: LoaderConfig,
+    /// Seed of the plan.
+    pub seed: u64,
+    /// Cache-hit epochs (and page-cache comparison repeats).
+    pub repeats: usize,
+}
+
+/// Builds the cache in a cold epoch of a block-shuffle plan, then serves `repeats` epochs of the
+/// same plan from it; every delivered sample is encoded and hashed in plan order in both.
+pub fn measure<D: RowDecoder<Item = Row> + 'static>(
+    setup: &CachingSetup<'_>,
+    decoder: D,
+) -> Result<Caching> {
+    let CachingSetup {
+        paths,
+        transform,
+        cache_dir,
+        shuffle,
+        config,
+        seed,
+        repeats,
+    } = *setup;
+    let source = ParquetSource::builder().files(paths).build_with(decoder)?;
+    let graph_microseconds_per_sample = transform_cost(&source, &transform)?;
+    let rows = source.num_samples() as f64;
+    let cached = Arc::new(Cached::new(source, transform, DiskCache::open(cache_dir)?));
+    let loader = Loader::with_shared_source(Arc::clone(&cached), digest_collate(), config)?;
+    let plan = shuffle.plan(cached.as_ref(), &PlanRequest::new(seed, 0))?;
+    let digest_epoch = |message: &'static str| -> Result<(f64, Fingerprint, usize)> {
+        let (mut digest, mut samples) = (Fingerprint::builder(), 0);
+        let seconds = run_epoch(&loader, plan.clone(), message, |(count, batch)| {
+            samples += count;
+            digest = std::mem::take(&mut digest).fingerprint(batch);
+        })?;
+        Ok((seconds, digest.finish(), samples))
+    };
+    let (cold_seconds, cold_digest, cold_samples) = digest_epoch("cold preprocessing epoch")?;
+    let cold_misses = cached.stats().misses;
+    let mut seconds = Vec::new();
+    let mut warm_equals_cold = true;
+    for _ in 0..repeats.max(1) {
+        let (epoch_seconds, digest, samples) = digest_epoch("cache-hit epoch")?;
+        warm_equals_cold &= digest == cold_digest && samples == cold_samples;
+        seconds.push(epoch_seconds);
+    }
+    let disk_hits = cached.stats().disk_hits;
+    let (cache_bytes, page_cache_bytes_per_s, cache_read_bytes_per_s) =
+        page_cache_comparison(&cached, repeats)?;
+    Ok(Caching {
+        graph_microseconds_per_sample,
+        cold_preprocess_rows_per_s: rows / cold_seconds,
+        cached_rows_per_s: rows / median(seconds),
+        warm_equals_cold,
+        cold_misses,
+        disk_hits,
+        segments: cached.num_blocks(),
+        cache_bytes,
+        page_cache_bytes_per_s,
+        cache_read_bytes_per_s,
+    })
+}
+
+/// The transform's own cost on one core, from the first blocks' rows (about 2,000).
+fn transform_cost<D: RowDecoder<Item = Row>>(
+    source: &ParquetSource<D>,
+    transform: &BuildGraph,
+) -> Result<f64> {
+    let mut rows = Vec::new();
+    for block in 0..source.num_blocks() as u32 {
+        if rows.len() >= 2000 {
+            break;
+        }
+        rows.extend(source.read_block(block)?);
+    }
+    let started = Instant::now();
+    for row in &rows {
+        black_box(transform.apply(*row)?);
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e6 / rows.len().max(1) as f64)
+}
+
+/// Times plain page-cache reads of the segment files against verified cache reads of the same
+/// bytes (best of `repeats`); returns (bytes, page-cache bytes/s, cache bytes/s).
+fn page_cache_comparison<S, T, C>(
+    cached: &Cached<S, T, C>,
+    repeats: usize,
+) -> Result<(u64, f64, f64)>
+where
+    S: BlockSource + BlockLayout,
+    T: Transform<S::Item>,
+    C: Codec<T::Output>,
+{
+    let keys: Vec<_> = (0..cached.num_blocks() as u32)
+        .map(|block| cached.key(block))
+        .collect();
+    let paths: Vec<PathBuf> = keys
+        .iter()
+        .map(|key| cached.disk().segment_path(key))
+        .collect();
+    let mut bytes = 0u64;
+    for path in &paths {
+        bytes += std::fs::read(path)?.len() as u64; // warms the page cache
+    }
+    let (mut page_seconds, mut cache_seconds) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..repeats.max(1) {
+        let started = Instant::now();
+        for path in &paths {
+            black_box(std::fs::read(path)?);
+        }
+        page_seconds = page_seconds.min(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        for key in &keys {
+            let segment = cached.disk().get(key)?.context("a segment vanished")?;
+            black_box(segment.byte_len());
+        }
+        cache_seconds = cache_seconds.min(started.elapsed().as_secs_f64());
+    }
+    Ok((
+        bytes,
+        bytes as f64 / page_seconds,
+        bytes as f64 / cache_seconds,
+    ))
+}

@@ -1,0 +1,123 @@
+//! The synthetic dataset: 80-byte events in many Snappy Parquet files of uneven size.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use kiln::data::arrow_array::types::{Float32Type, Int64Type};
+use kiln::data::arrow_array::{ArrayRef, Float32Array, Int64Array, RecordBatch};
+use kiln::data::parquet::arrow::ArrowWriter;
+use kiln::data::parquet::basic::Compression;
+use kiln::data::parquet::file::properties::WriterProperties;
+use kiln::data::{DecodeError, RowDecoder, decoder_fn, required_values};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::timing::progress;
+
+/// What to write.
+#[derive(Debug, Clone, Copy)]
+pub struct DatasetSpec {
+    /// Number of files.
+    pub files: u32,
+    /// Rows over all files.
+    pub rows: u64,
+    /// Largest row group.
+    pub row_group_rows: usize,
+    /// Seed of the sizes and values.
+    pub seed: u64,
+}
+
+/// One decoded event.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    pub id: i64,
+    pub label: i64,
+    pub features: [f32; 16],
+}
+
+/// The decoder of the synthetic schema.
+pub fn row_decoder() -> impl RowDecoder<Item = Row> + Clone {
+    decoder_fn("event-row", 1, |batch: &RecordBatch| {
+        let ids = required_values::<Int64Type>(batch, "id")?;
+        let labels = required_values::<Int64Type>(batch, "label")?;
+        let columns = (0..16)
+            .map(|i| required_values::<Float32Type>(batch, &format!("f{i}")))
+            .collect::<Result<Vec<_>, DecodeError>>()?;
+        Ok((0..batch.num_rows())
+            .map(|row| Row {
+                id: ids[row],
+                label: labels[row],
+                features: std::array::from_fn(|i| columns[i][row]),
+            })
+            .collect())
+    })
+}
+
+/// Splits `rows` into `files` uneven sizes (log-uniform weights spanning about 20x).
+fn file_sizes(files: u32, rows: u64, rng: &mut ChaCha8Rng) -> Vec<u64> {
+    let weights: Vec<f64> = (0..files)
+        .map(|_| rng.random_range(0.0f64..3.0).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut sizes: Vec<u64> = weights
+        .iter()
+        .map(|weight| (weight / total * rows as f64).floor().max(1.0) as u64)
+        .collect();
+    let mut assigned: u64 = sizes.iter().sum();
+    let mut index = 0;
+    while assigned != rows {
+        let slot = &mut sizes[index % files as usize];
+        if assigned < rows {
+            *slot += 1;
+            assigned += 1;
+        } else if *slot > 1 {
+            *slot -= 1;
+            assigned -= 1;
+        }
+        index += 1;
+    }
+    sizes
+}
+
+/// Writes the dataset; returns the file paths and their total size in bytes.
+pub fn write_dataset(spec: &DatasetSpec, dir: &Path) -> Result<(Vec<PathBuf>, u64)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let sizes = file_sizes(spec.files, spec.rows, &mut rng);
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(spec.row_group_rows))
+        .build();
+    let bar = progress(u64::from(spec.files), "writing Parquet files");
+    let (mut paths, mut bytes, mut next_id) = (Vec::new(), 0, 0i64);
+    for (index, &rows) in sizes.iter().enumerate() {
+        let rows = rows as usize;
+        let mut columns: Vec<(String, ArrayRef)> = vec![(
+            "id".to_owned(),
+            Arc::new(Int64Array::from_iter_values(next_id..next_id + rows as i64)),
+        )];
+        next_id += rows as i64;
+        for feature in 0..16 {
+            let values = (0..rows).map(|_| rng.random_range(-2.0f32..2.0));
+            let array = Float32Array::from_iter_values(values);
+            columns.push((format!("f{feature}"), Arc::new(array)));
+        }
+        let labels = (0..rows).map(|_| rng.random_range(0..10i64));
+        columns.push((
+            "label".to_owned(),
+            Arc::new(Int64Array::from_iter_values(labels)),
+        ));
+        let batch = RecordBatch::try_from_iter(columns)?;
+        let path = dir.join(format!("part-{index:05}.parquet"));
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties.clone()))?;
+        writer.write(&batch)?;
+        writer.close()?;
+        bytes += std::fs::metadata(&path)?.len();
+        paths.push(path);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok((paths, bytes))
+}

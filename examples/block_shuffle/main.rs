@@ -1,0 +1,297 @@
+//! The 660-file scenario: block shuffle against sequential and naive random reads, and a
+//! preprocessing cache against recomputing a CPU-heavy transform.
+//!
+//! 1. Writes a seeded synthetic dataset: `--rows` events of 80 bytes (16 float32 features, an
+//!    int64 id and an int64 label) over `--files` Snappy Parquet files of uneven size (about
+//!    20x between the smallest and the largest), in row groups of at most `--row-group-rows`.
+//! 2. Measures full epochs through kiln-data's `Loader` (warm page cache, `--workers` threads).
+//!    Sequential and block-shuffle epochs run side by side in `--repeats` rounds of 3
+//!    back-to-back epochs each (every epoch announces the next with `Epoch::prefetch_next`);
+//!    the figures are the medians of the 2nd and 3rd epochs, and of the 1st for "one epoch with
+//!    its start-up"; the block shuffle / sequential ratios are medians of per-round ratios, so
+//!    load that drifts between rounds (a shared machine) cancels out:
+//!    - sequential: `SequentialSampler`;
+//!    - naive per-sample random access: for each sample of a uniform permutation, open its file,
+//!      parse the footer, decode its row group and keep one row, as a map-style dataset does. Only
+//!      `--random-reads` reads are timed and the rate is extrapolated to the epoch;
+//!    - block shuffle: `BlockShuffleSampler` with its default configuration (K = 192 open
+//!      blocks, S = 16,384 buffered samples, stratified);
+//!    - a CPU-heavy transform standing in for graph construction, cached with `Cached`: a cold
+//!      epoch that preprocesses and writes the cache, then cache-hit epochs of the same plan.
+//!      Every delivered sample is encoded and hashed in plan order in both, so
+//!      `warm_equals_cold` says whether the cached samples are byte-identical to the fresh ones.
+//! 3. Compares verified, memory-mapped cache reads with plain reads of the same segment files
+//!    from the page cache.
+//!
+//! Run: `cargo run --release --example block_shuffle -- --files 660 --rows 900000 --json out.json`
+
+mod caching;
+mod dataset;
+mod graph;
+mod reading;
+mod timing;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use kiln::core::BlockLayout;
+use kiln::data::{LoaderConfig, ParquetSource};
+use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
+
+use caching::{Caching, CachingSetup};
+use dataset::{DatasetSpec, row_decoder, write_dataset};
+use graph::BuildGraph;
+use reading::{Reading, ReadingSetup};
+
+/// Block shuffle vs sequential vs naive random reads over many Parquet files, and a
+/// preprocessing cache vs recomputation.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Number of Parquet files.
+    #[arg(long, default_value_t = 660)]
+    files: u32,
+    /// Total rows (events) over all files.
+    #[arg(long, default_value_t = 900_000)]
+    rows: u64,
+    /// Largest row group; each file is cut into row groups of at most this many rows.
+    #[arg(long, default_value_t = 1024)]
+    row_group_rows: usize,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 64)]
+    batch_size: u64,
+    /// Loader worker threads (default: the available parallelism, at most 8).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Batches the loader assembles ahead of the consumer.
+    #[arg(long, default_value_t = 8)]
+    prefetch_batches: usize,
+    /// Seed of the dataset and of the samplers.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Naive random reads timed (the epoch rate is extrapolated from them).
+    #[arg(long, default_value_t = 2000)]
+    random_reads: usize,
+    /// Smoothing rounds of the stand-in graph construction (its CPU cost per sample).
+    #[arg(long, default_value_t = 128)]
+    graph_rounds: u32,
+    /// Rounds of back-to-back sequential and block-shuffle epochs, and cache-hit epochs;
+    /// medians are reported.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Write the dataset here instead of a temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the figures as one JSON object to this path.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.files == 0 || args.rows < u64::from(args.files) || args.batch_size == 0 {
+        bail!("need at least one file, one row per file and a batch size of at least 1");
+    }
+    let workers = args
+        .workers
+        .unwrap_or_else(|| LoaderConfig::default().workers);
+    let config = LoaderConfig::new()
+        .with_workers(workers)
+        .with_prefetch_batches(args.prefetch_batches);
+    let temp_data = tempfile::tempdir()?;
+    let data_dir = match &args.dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.clone()
+        }
+        None => temp_data.path().to_owned(),
+    };
+
+    let started = Instant::now();
+    let spec = DatasetSpec {
+        files: args.files,
+        rows: args.rows,
+        row_group_rows: args.row_group_rows,
+        seed: args.seed,
+    };
+    let (paths, dataset_bytes) = write_dataset(&spec, &data_dir)?;
+    println!(
+        "dataset: {} rows in {} files, {:.1} MB of Snappy Parquet in {} ({:.1} s to write)",
+        args.rows,
+        args.files,
+        dataset_bytes as f64 / 1e6,
+        data_dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let started = Instant::now();
+    let source = Arc::new(
+        ParquetSource::builder()
+            .files(&paths)
+            .build_with(row_decoder())?,
+    );
+    println!(
+        "footers: {} row groups (blocks) read in {:.3} s",
+        source.num_blocks(),
+        started.elapsed().as_secs_f64()
+    );
+    // `Uneven` keeps every event exactly once on a single rank.
+    let sharding = Sharding::new(args.batch_size, RemainderPolicy::Uneven);
+    let shuffle = BlockShuffleConfig::default()
+        .with_batch_size(args.batch_size)
+        .with_remainder(RemainderPolicy::Uneven)
+        .init()?;
+    let reading = reading::measure(&ReadingSetup {
+        source: &source,
+        config,
+        sharding,
+        shuffle: &shuffle,
+        rounds: args.repeats as u64,
+        seed: args.seed,
+        random_reads: args.random_reads,
+    })?;
+    let cache_dir = tempfile::tempdir()?;
+    let caching = caching::measure(
+        &CachingSetup {
+            paths: &paths,
+            transform: BuildGraph {
+                rounds: args.graph_rounds,
+                neighbours: 3,
+            },
+            cache_dir: cache_dir.path(),
+            shuffle: &shuffle,
+            config,
+            seed: args.seed,
+            repeats: args.repeats,
+        },
+        row_decoder(),
+    )?;
+    print_report(&args, workers, &reading, &caching);
+    if let Some(path) = &args.json {
+        let figures = json_report(
+            &args,
+            workers,
+            source.num_blocks(),
+            dataset_bytes,
+            &reading,
+            &caching,
+        );
+        std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_report(args: &Args, workers: usize, reading: &Reading, caching: &Caching) {
+    let line = |label: &str, rows_per_s: f64| println!("{label:<46} {rows_per_s:>14.0}");
+    println!();
+    println!(
+        "workers: {workers}, batch size {}, prefetch {} batches, warm page cache",
+        args.batch_size, args.prefetch_batches
+    );
+    println!("{:<46} {:>14}", "epoch", "rows/s");
+    line(
+        "sequential (back-to-back epochs)",
+        reading.sequential_rows_per_s,
+    );
+    line(
+        &format!(
+            "naive random (extrapolated from {} reads)",
+            reading.random_timed_reads
+        ),
+        reading.random_rows_per_s,
+    );
+    line(
+        "block shuffle, default config (back-to-back)",
+        reading.block_shuffle_rows_per_s,
+    );
+    line(
+        "sequential, one epoch with its start-up",
+        reading.sequential_first_epoch_rows_per_s,
+    );
+    line(
+        "block shuffle, one epoch with its start-up",
+        reading.block_shuffle_first_epoch_rows_per_s,
+    );
+    line(
+        &format!(
+            "cold: graph ({:.0} us/sample) + cache write",
+            caching.graph_microseconds_per_sample
+        ),
+        caching.cold_preprocess_rows_per_s,
+    );
+    line("cache hits", caching.cached_rows_per_s);
+    println!();
+    println!(
+        "block shuffle: {:.2}x sequential ({:.2}x for one epoch), {:.0}x naive random; plan built \
+         in {:.3} s; loader holds at most {} samples",
+        reading.block_shuffle_vs_sequential,
+        reading.block_shuffle_vs_sequential_first_epoch,
+        reading.block_shuffle_rows_per_s / reading.random_rows_per_s,
+        reading.block_shuffle_plan_seconds,
+        reading.block_shuffle_peak_samples_held
+    );
+    println!(
+        "cache: {:.1}x the cold epoch; {:.1} MB in {} segments; cold epoch {} misses, then {} disk \
+         hits; cached samples byte-identical to fresh ones: {}",
+        caching.cached_rows_per_s / caching.cold_preprocess_rows_per_s,
+        caching.cache_bytes as f64 / 1e6,
+        caching.segments,
+        caching.cold_misses,
+        caching.disk_hits,
+        caching.warm_equals_cold
+    );
+    println!(
+        "verified cache reads {:.2} GB/s vs plain page-cache reads {:.2} GB/s of the same files: \
+         {:.2}x",
+        caching.cache_read_bytes_per_s / 1e9,
+        caching.page_cache_bytes_per_s / 1e9,
+        caching.cache_read_bytes_per_s / caching.page_cache_bytes_per_s
+    );
+}
+
+fn json_report(
+    args: &Args,
+    workers: usize,
+    blocks: usize,
+    dataset_bytes: u64,
+    reading: &Reading,
+    caching: &Caching,
+) -> serde_json::Value {
+    serde_json::json!({
+        "files": args.files,
+        "rows": args.rows,
+        "row_group_rows": args.row_group_rows,
+        "blocks": blocks,
+        "batch_size": args.batch_size,
+        "workers": workers,
+        "prefetch_batches": args.prefetch_batches,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "dataset_bytes": dataset_bytes,
+        "sequential_rows_per_s": reading.sequential_rows_per_s,
+        "random_rows_per_s": reading.random_rows_per_s,
+        "random_timed_reads": reading.random_timed_reads,
+        "random_rows_per_s_is_extrapolated": true,
+        "block_shuffle_rows_per_s": reading.block_shuffle_rows_per_s,
+        "block_shuffle_vs_sequential": reading.block_shuffle_vs_sequential,
+        "block_shuffle_vs_random": reading.block_shuffle_rows_per_s / reading.random_rows_per_s,
+        "sequential_first_epoch_rows_per_s": reading.sequential_first_epoch_rows_per_s,
+        "block_shuffle_first_epoch_rows_per_s": reading.block_shuffle_first_epoch_rows_per_s,
+        "block_shuffle_vs_sequential_first_epoch": reading.block_shuffle_vs_sequential_first_epoch,
+        "block_shuffle_plan_seconds": reading.block_shuffle_plan_seconds,
+        "block_shuffle_peak_samples_held": reading.block_shuffle_peak_samples_held,
+        "graph_rounds": args.graph_rounds,
+        "graph_microseconds_per_sample": caching.graph_microseconds_per_sample,
+        "cold_preprocess_rows_per_s": caching.cold_preprocess_rows_per_s,
+        "cached_rows_per_s": caching.cached_rows_per_s,
+        "cached_vs_cold": caching.cached_rows_per_s / caching.cold_preprocess_rows_per_s,
+        "warm_equals_cold": caching.warm_equals_cold,
+        "cache_bytes": caching.cache_bytes,
+        "page_cache_bytes_per_s": caching.page_cache_bytes_per_s,
+        "cache_read_bytes_per_s": caching.cache_read_bytes_per_s,
+        "cache_vs_page_cache_ratio": caching.cache_read_bytes_per_s / caching.page_cache_bytes_per_s,
+    })
+}

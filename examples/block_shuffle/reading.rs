@@ -1,0 +1,170 @@
+//! Reading throughput: sequential and block-shuffle epochs side by side, and naive per-sample
+//! random access.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use kiln::core::{BlockLayout, PlanRequest, SampleId, Sampler};
+use kiln::data::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use kiln::data::{Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn};
+use kiln::sampler::{BlockShuffleSampler, RandomSampler, SequentialSampler, Sharding};
+
+use crate::dataset::Row;
+use crate::timing::{CHAIN_EPOCHS, median, run_chain};
+
+/// The reading figures, in rows per second unless named otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading {
+    /// Sequential, back-to-back epochs.
+    pub sequential_rows_per_s: f64,
+    /// Block shuffle, back-to-back epochs.
+    pub block_shuffle_rows_per_s: f64,
+    /// Sequential, the first epoch of each chain (with its start-up).
+    pub sequential_first_epoch_rows_per_s: f64,
+    /// Block shuffle, the first epoch of each chain (with its start-up).
+    pub block_shuffle_first_epoch_rows_per_s: f64,
+    /// Median over rounds of the round's block-shuffle / sequential throughput ratio
+    /// (back-to-back epochs): robust to load that drifts between rounds.
+    pub block_shuffle_vs_sequential: f64,
+    /// The same for the first epoch of each chain.
+    pub block_shuffle_vs_sequential_first_epoch: f64,
+    /// Median time to build a block-shuffle plan.
+    pub block_shuffle_plan_seconds: f64,
+    /// Largest `Loader::memory_bound` of the block-shuffle plans, in source samples.
+    pub block_shuffle_peak_samples_held: u64,
+    /// Naive per-sample random access, extrapolated from `random_timed_reads` reads.
+    pub random_rows_per_s: f64,
+    /// Naive reads timed.
+    pub random_timed_reads: usize,
+}
+
+/// What the reading measurement needs.
+pub struct ReadingSetup<'a, D> {
+    /// The Parquet source.
+    pub source: &'a Arc<ParquetSource<D>>,
+    /// Loader settings.
+    pub config: LoaderConfig,
+    /// Per-rank sharding (batch size and remainder) for every sampler.
+    pub sharding: Sharding,
+    /// The block shuffle under test.
+    pub shuffle: &'a BlockShuffleSampler,
+    /// Rounds of chains.
+    pub rounds: u64,
+    /// Seed of the plans.
+    pub seed: u64,
+    /// Naive random reads to time.
+    pub random_reads: usize,
+}
+
+/// Runs rounds of back-to-back sequential epochs, then block-shuffle epochs, each epoch
+/// announcing the next so its first reads overlap the end of the previous one; the first epoch
+/// of a chain also pays the start-up, later ones show the steady state. Then times naive reads.
+pub fn measure<D: RowDecoder<Item = Row> + 'static>(
+    setup: &ReadingSetup<'_, D>,
+) -> Result<Reading> {
+    let source = setup.source;
+    let rows = source.num_samples() as f64;
+    let stack = collate_fn(|rows: Vec<Row>| {
+        rows.iter()
+            .flat_map(|row| row.features)
+            .collect::<Vec<f32>>()
+    });
+    let loader = Loader::with_shared_source(Arc::clone(source), stack, setup.config)?;
+    let sequential = SequentialSampler::new(setup.sharding);
+    let (mut sequential_first, mut sequential_steady) = (Vec::new(), Vec::new());
+    let (mut shuffle_first, mut shuffle_steady) = (Vec::new(), Vec::new());
+    let (mut plan_seconds, mut peak_samples_held) = (Vec::new(), 0);
+    let (mut round_ratios, mut first_ratios) = (Vec::new(), Vec::new());
+    for round in 0..setup.rounds.max(1) {
+        let epochs = round * CHAIN_EPOCHS..(round + 1) * CHAIN_EPOCHS;
+        let plans = epochs
+            .clone()
+            .map(|epoch| sequential.plan(source.as_ref(), &PlanRequest::new(setup.seed, epoch)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sequential_seconds = run_chain(&loader, plans, "sequential epochs")?;
+        sequential_first.push(sequential_seconds[0]);
+        sequential_steady.extend_from_slice(&sequential_seconds[1..]);
+        let mut plans = Vec::new();
+        for epoch in epochs {
+            let started = Instant::now();
+            let request = PlanRequest::new(setup.seed, epoch);
+            let plan = setup.shuffle.plan(source.as_ref(), &request)?;
+            plan_seconds.push(started.elapsed().as_secs_f64());
+            peak_samples_held = peak_samples_held.max(loader.memory_bound(&plan).max_samples());
+            plans.push(plan);
+        }
+        let seconds = run_chain(&loader, plans, "block shuffle epochs")?;
+        shuffle_first.push(seconds[0]);
+        shuffle_steady.extend_from_slice(&seconds[1..]);
+        round_ratios.push(median(sequential_seconds[1..].to_vec()) / median(seconds[1..].to_vec()));
+        first_ratios.push(sequential_seconds[0] / seconds[0]);
+    }
+    let random = RandomSampler::new(setup.sharding)
+        .plan(source.as_ref(), &PlanRequest::new(setup.seed, 0))?;
+    let timed = &random.order()[..setup.random_reads.min(random.len()).max(1)];
+    let random_seconds = naive_random_reads(source, timed, setup.config.workers)?;
+    Ok(Reading {
+        sequential_rows_per_s: rows / median(sequential_steady),
+        block_shuffle_rows_per_s: rows / median(shuffle_steady),
+        sequential_first_epoch_rows_per_s: rows / median(sequential_first),
+        block_shuffle_first_epoch_rows_per_s: rows / median(shuffle_first),
+        block_shuffle_vs_sequential: median(round_ratios),
+        block_shuffle_vs_sequential_first_epoch: median(first_ratios),
+        block_shuffle_plan_seconds: median(plan_seconds),
+        block_shuffle_peak_samples_held: peak_samples_held,
+        random_rows_per_s: timed.len() as f64 / random_seconds,
+        random_timed_reads: timed.len(),
+    })
+}
+
+/// Reads each sample the naive way (open, footer, decode its row group, keep one row) on
+/// `workers` threads; returns the seconds taken.
+fn naive_random_reads<D: RowDecoder<Item = Row>>(
+    source: &ParquetSource<D>,
+    samples: &[SampleId],
+    workers: usize,
+) -> Result<f64> {
+    let read_one = |sample: SampleId| -> Result<()> {
+        let block_index = source
+            .block_of(sample)
+            .context("sample outside the layout")?;
+        let block = source.blocks()[block_index as usize];
+        let path = source
+            .path_of(block_index)
+            .context("block without a file")?;
+        let file = std::fs::File::open(path)?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
+            .with_row_groups(vec![block.index_in_file as usize])
+            .build()?;
+        let mut row = (sample - block.first_sample) as usize;
+        for batch in reader {
+            let batch = batch?;
+            if row < batch.num_rows() {
+                let mut decoded = Vec::with_capacity(1);
+                source
+                    .decoder()
+                    .decode(&batch.slice(row, 1), &mut decoded)?;
+                black_box(decoded);
+                return Ok(());
+            }
+            row -= batch.num_rows();
+        }
+        bail!("sample {sample} not found in {}", path.display())
+    };
+    let chunk = samples.len().div_ceil(workers.max(1)).max(1);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = samples
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().try_for_each(|&sample| read_one(sample))))
+            .collect();
+        threads.into_iter().try_for_each(|thread| {
+            thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("a reader panicked"))?
+        })
+    })?;
+    Ok(started.elapsed().as_secs_f64())
+}
