@@ -53,7 +53,7 @@ pub struct QualityReport {
 /// Measures the shuffle quality of `order` (sample ids of `layout`, for example a plan's
 /// [`order`](kiln_core::Plan::order)) against a uniform random permutation of the same data.
 ///
-/// Costs O(n log n) time and about 24 bytes per position (ranks for Spearman's ρ). Fails with
+/// Costs O(n log n) time and about 30 bytes per position (file ids, and ranks for Spearman's ρ). Fails with
 /// a clear error for options that cannot be measured, or for a sample id outside the layout.
 ///
 /// ```
