@@ -34,7 +34,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// Train one seeded model in f32, f16-mixed and bf16-mixed and compare the final losses.
 #[derive(Parser, Debug, Clone)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Samples in the synthetic dataset.
     #[arg(long, default_value_t = 4096)]

@@ -24,7 +24,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// Compare K accumulated micro-batches with one large batch, step by step.
 #[derive(Parser, Debug, Clone)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Micro-batches per optimizer step (K).
     #[arg(long, default_value_t = 4)]

@@ -29,7 +29,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// Measure kiln-metrics' host and tensor paths on seeded synthetic trajectories.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Number of agents, N.
     #[arg(long, default_value_t = 100_000)]

@@ -76,6 +76,11 @@ impl ProgressObserver {
         self.bar.message()
     }
 
+    /// Runs `print` with the bar hidden, so lines printed meanwhile do not tear it.
+    pub fn suspend<R>(&self, print: impl FnOnce() -> R) -> R {
+        self.bar.suspend(print)
+    }
+
     /// Stops drawing and leaves the last state on screen.
     pub fn finish(&self) {
         self.bar.finish();
