@@ -30,7 +30,8 @@ pub struct BlockUse {
 /// So local position `p` of rank `r` is global position
 /// `(p / batch_size) × batch_size × world + r × batch_size + p % batch_size`.
 /// A [`Position`] counts global samples; it maps to a local offset exactly when it falls on a
-/// global-batch boundary (always the case for world size 1). Resuming on a different world size
+/// global-batch boundary, and positions off a boundary are refused (the loader would otherwise
+/// cut every later batch differently from an uninterrupted run). Resuming on a different world size
 /// is therefore exact whenever the new global batch divides the consumed count, for instance when
 /// the global batch size is kept and only the ranks change.
 ///
@@ -45,7 +46,9 @@ pub struct BlockUse {
 /// let resumed = plan.skip_to(Position { epoch: 0, consumed: 2 }).unwrap();
 /// assert_eq!(resumed.order(), &[0, 1, 6, 7, 2, 3]);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+// Not `Deserialize`: a plan is regenerated from its request and a `Position`, never trusted
+// from outside, because a hand-made one could break the invariants `Plan::new` checks.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Plan {
     epoch: u64,
     shard: Shard,
@@ -129,8 +132,8 @@ impl Plan {
 
     /// The position to save after `delivered` samples of this plan have been consumed.
     ///
-    /// Delivering the whole plan gives the start of the next epoch. Otherwise, with more than
-    /// one rank, `delivered` must end on a batch boundary (see the sharding rule).
+    /// Delivering the whole plan gives the start of the next epoch. Otherwise `delivered` must
+    /// end on a batch boundary: resuming mid-batch would cut every later batch differently.
     pub fn position_after(&self, delivered: u64) -> Result<Position> {
         let invalid = |reason: String| Error::InvalidPosition {
             position: Position {
@@ -151,15 +154,9 @@ impl Plan {
         }
         let local = self.already_consumed + delivered;
         let world = u64::from(self.shard.world());
-        if world == 1 {
-            return Ok(Position {
-                epoch: self.epoch,
-                consumed: local,
-            });
-        }
         if !local.is_multiple_of(self.batch_size) {
             return Err(invalid(format!(
-                "{local} is not a multiple of the batch size {} on a multi-rank plan",
+                "{local} is not a multiple of the batch size {}: resume only at batch boundaries",
                 self.batch_size
             )));
         }
@@ -183,9 +180,9 @@ impl Plan {
         }
         let world = u64::from(self.shard.world());
         let global_batch = self.batch_size * world;
-        let local = if world == 1 {
-            position.consumed
-        } else if position.consumed.is_multiple_of(global_batch) {
+        // Off a batch boundary the loader would cut every later batch differently from an
+        // uninterrupted run, so such positions are refused, on one rank as on many.
+        let local = if position.consumed.is_multiple_of(global_batch) {
             position.consumed / world
         } else {
             return Err(invalid(format!(
@@ -357,6 +354,20 @@ mod tests {
                 consumed: 2,
             });
         assert!(matches!(off_boundary, Err(Error::InvalidPosition { .. })));
+    }
+
+    #[test]
+    fn single_rank_positions_must_fall_on_batch_boundaries() {
+        let plan = Plan::new(0, Shard::SINGLE, 4, (0..12).collect(), &layout(&[12])).unwrap();
+        assert_eq!(plan.position_after(8).unwrap().consumed, 8);
+        assert!(plan.position_after(6).is_err());
+        let error = plan
+            .skip_to(Position {
+                epoch: 0,
+                consumed: 6,
+            })
+            .unwrap_err();
+        assert!(error.to_string().contains("batch boundary"), "{error}");
     }
 
     #[test]

@@ -126,6 +126,12 @@ impl Sharding {
         request: &PlanRequest,
     ) -> Result<Plan> {
         let samples = global.len() as u64;
+        if samples != layout.num_samples() {
+            return Err(Error::InvalidConfig(format!(
+                "the global order has {samples} samples but the layout has {}: shard the full order",
+                layout.num_samples()
+            )));
+        }
         let world = request.shard.world();
         let batches = self.batches_per_rank(samples, world)?;
         let global_batch = self.global_batch(world)?;

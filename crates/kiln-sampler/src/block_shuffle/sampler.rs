@@ -95,6 +95,8 @@ impl BlockShuffleSampler {
 
 impl Sampler for BlockShuffleSampler {
     fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
+        // A custom layout whose blocks do not tile the ids would make the order wrong.
+        kiln_core::validate_layout(layout)?;
         // Fail on the sharding before spending time on the order.
         self.config
             .sharding
