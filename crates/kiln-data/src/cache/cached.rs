@@ -17,7 +17,9 @@ use crate::{Error, Result};
 /// transforms every sample, encodes them with the codec ([`BincodeCodec`] by default) and writes
 /// the segment atomically. The key of a block's segment is the inner layout's fingerprint, the
 /// block, the transform's and the codec's fingerprints and the format version, so a changed
-/// file, projection, decoder, transform or sample type never serves stale data. A segment that
+/// file, projection, decoder or transform never serves stale data. The codec's fingerprint
+/// names the sample type but cannot see its fields: when you change the output type's fields,
+/// bump the transform's version too. A segment that
 /// fails verification is reported, removed and rebuilt, never served.
 ///
 /// `Cached` is itself a [`BlockLayout`] and a [`BlockSource`], so it stacks under a loader or

@@ -247,7 +247,11 @@ impl Segment {
         let mut end = 0;
         for record in 0..records {
             let (offset, len, checksum) = segment.entry(record);
-            if offset != align_up(end) || payload[end..offset].iter().any(|&byte| byte != 0) {
+            // Bounds first: an aligned offset can still lie past the payload.
+            if offset != align_up(end)
+                || offset > payload_bytes
+                || payload[end..offset].iter().any(|&byte| byte != 0)
+            {
                 return Err(format!("record {record} is not where the layout puts it"));
             }
             let bytes = offset

@@ -127,7 +127,24 @@ impl ParquetFile {
         let group = self.metadata.metadata().row_group(row_group);
         let (mut start, mut end) = (u64::MAX, 0u64);
         for &leaf in &self.projection.leaves {
-            let (chunk_start, chunk_len) = group.column(leaf).byte_range();
+            let chunk = group.column(leaf);
+            // `ColumnChunkMetaData::byte_range` asserts on negative values; a corrupt footer
+            // must be an error naming the file, row group and column instead.
+            let offset = chunk
+                .dictionary_page_offset()
+                .unwrap_or_else(|| chunk.data_page_offset());
+            let size = chunk.compressed_size();
+            let (Ok(chunk_start), Ok(chunk_len)) = (u64::try_from(offset), u64::try_from(size))
+            else {
+                return Err(Error::CorruptParquet {
+                    path: self.path.clone(),
+                    row_group: Some(row_group),
+                    column: Some(chunk.column_path().string()),
+                    reason: format!(
+                        "the footer gives the column chunk offset {offset} and size {size}"
+                    ),
+                });
+            };
             start = start.min(chunk_start);
             end = end.max(chunk_start.saturating_add(chunk_len));
         }
