@@ -5,15 +5,23 @@ use crate::{Error, Result};
 
 /// Checks that a field has `product(shape)` values.
 pub(crate) fn check_len(field: &'static str, len: usize, shape: &[usize]) -> Result<()> {
-    let expected: usize = shape.iter().product();
-    if len == expected {
-        return Ok(());
+    // Checked: a wrapped product could match an empty slice and let indexing panic later.
+    let expected = shape
+        .iter()
+        .try_fold(1usize, |product, &dim| product.checked_mul(dim));
+    match expected {
+        Some(expected) if len == expected => Ok(()),
+        Some(expected) => Err(Error::ShapeMismatch {
+            field,
+            expected: format!("{shape:?} = {expected} values"),
+            actual: format!("{len} values"),
+        }),
+        None => Err(Error::ShapeMismatch {
+            field,
+            expected: format!("{shape:?}, more values than memory can address"),
+            actual: format!("{len} values"),
+        }),
     }
-    Err(Error::ShapeMismatch {
-        field,
-        expected: format!("{shape:?} = {expected} values"),
-        actual: format!("{len} values"),
-    })
 }
 
 /// Checks every value is finite; on failure names the row (agent) and the position in it.

@@ -1,13 +1,15 @@
 //! [`TensorTrajectoryBatch`]: one batch as Burn tensors, left on their device.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::{Bool, FloatDType, Tensor};
 
 use crate::{Error, Result};
 
 /// One batch of trajectories as Burn tensors on any backend; see
 /// [`TrajectoryBatch`](crate::TrajectoryBatch) for the fields and their shapes.
 ///
+/// Float inputs are cast to f32 on their device when the batch is built (a no-op for f32), so
+/// f16 or bf16 model outputs neither mix dtypes with f32 targets nor overflow the sums.
 /// Shapes are checked when the batch is built. Values (finiteness, the probability policy) are
 /// checked on the device during the update, in the same pass as the metrics, and only the
 /// offending row is copied to the host to name the agent and position.
@@ -46,8 +48,8 @@ impl<B: Backend> TensorTrajectoryBatch<B> {
             ));
         }
         Ok(Self {
-            predictions,
-            ground_truth,
+            predictions: predictions.cast(FloatDType::F32),
+            ground_truth: ground_truth.cast(FloatDType::F32),
             probabilities: None,
             valid: None,
             velocity: None,
@@ -65,7 +67,7 @@ impl<B: Backend> TensorTrajectoryBatch<B> {
                 &[rows, modes],
             ));
         }
-        self.probabilities = Some(probabilities);
+        self.probabilities = Some(probabilities.cast(FloatDType::F32));
         Ok(self)
     }
 
@@ -89,7 +91,7 @@ impl<B: Backend> TensorTrajectoryBatch<B> {
                 &velocity.dims(),
             ));
         }
-        self.velocity = Some(velocity);
+        self.velocity = Some(velocity.cast(FloatDType::F32));
         Ok(self)
     }
 
@@ -103,7 +105,7 @@ impl<B: Backend> TensorTrajectoryBatch<B> {
                 &heading.dims(),
             ));
         }
-        self.heading = Some(heading);
+        self.heading = Some(heading.cast(FloatDType::F32));
         Ok(self)
     }
 
