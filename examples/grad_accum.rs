@@ -3,8 +3,9 @@
 //! Trains two copies of one seeded model for the same optimizer steps: one with kiln's trainer
 //! accumulating K micro-batches of `b` rows per step, one on single batches of `K·b` rows, and
 //! reports the largest parameter difference (floating-point noise only). For contrast it also
-//! runs the accumulation Burn 0.21's own loop does (gradients summed, not averaged), whose
-//! parameters drift away. Each epoch ends with a partial window that kiln divides by its own
+//! runs Burn 0.21's `GradientsAccumulator` as its loop uses it (gradients summed, not
+//! averaged; the loop's other quirks, a dropped last window and an LR step per micro-batch,
+//! are not emulated), whose parameters drift away. Each epoch ends with a partial window that kiln divides by its own
 //! size.
 //!
 //! Run: `cargo run --release --example grad_accum -- --help`
@@ -215,7 +216,7 @@ impl BackendTask for GradAccum {
             "both runs must take the same optimizer steps"
         );
 
-        // Burn 0.21's loop: gradients summed over the window, never divided.
+        // Burn 0.21's GradientsAccumulator: gradients summed over the window, never divided.
         let mut model = initial.clone();
         let mut optim = SgdConfig::new().init::<B, Mlp<B>>();
         for _ in 0..args.epochs {
@@ -275,7 +276,7 @@ fn main() -> anyhow::Result<()> {
     );
     println!(
         "max |parameter difference|: kiln (averaged, partial windows by own size) {:.3e}; \
-         summed like Burn 0.21's loop {:.3e}",
+         summed as Burn 0.21's GradientsAccumulator does {:.3e}",
         report.max_abs_param_diff, report.summed_max_abs_param_diff
     );
     println!(

@@ -175,7 +175,7 @@ impl DynamicLossScaler {
             state.growth_tracker = 0;
         } else {
             let successful = state.growth_tracker + 1;
-            if successful == self.config.growth_interval {
+            if successful >= self.config.growth_interval {
                 let mut grown = state.scale * self.config.growth_factor;
                 if let Some(max) = self.config.max_scale {
                     grown = grown.min(max);

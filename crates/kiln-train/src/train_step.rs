@@ -103,7 +103,8 @@ where
         self.counters.micro_batches += 1;
         self.counters.epoch_batches += 1;
         self.counters.samples += samples;
-        self.position.consumed += samples;
+        // Positions count the global order: every rank consumed as many samples as this one.
+        self.position.consumed += samples * u64::from(self.config.data_world_size);
 
         let step_report = if self.window.micro_batches >= self.config.accumulation_steps {
             Some(self.optimizer_step()?)

@@ -186,7 +186,26 @@ fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
     );
 }
 
+/// On rank r of W, positions count the global order: W times this rank's samples.
+fn positions_count_the_global_order<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(BATCHES, ROWS, 5, &device);
+    let mut single = trainer::<B>(&device, config().with_accumulation_steps(1), 1);
+    let mut ranked = trainer::<B>(
+        &device,
+        config().with_accumulation_steps(1).with_data_world_size(4),
+        1,
+    );
+    for batch in batches.iter().take(3) {
+        single.train_batch(batch.clone()).unwrap();
+        ranked.train_batch(batch.clone()).unwrap();
+    }
+    assert_eq!(single.position().consumed, 3 * ROWS as u64);
+    assert_eq!(ranked.position().consumed, 4 * 3 * ROWS as u64);
+    assert!(config().with_data_world_size(0).validate().is_err());
+}
+
 crate::backend_tests!(
+    positions_count_the_global_order,
     resumed_run_is_bit_identical,
     fit_checkpoints_rotate_and_resume,
     checkpoint_errors_are_explicit,
