@@ -90,8 +90,14 @@ pub(crate) fn accumulate_unit(
             let probability = |mode: usize| {
                 probabilities.map(|p| {
                     let p = f64::from(p[mode]);
+                    // Kept modes with no mass at all keep none after renormalizing (the
+                    // limit), rather than 0/0 poisoning every later merge with NaN.
                     if config.probabilities.renormalize {
-                        p / kept_probability
+                        if kept_probability > 0.0 {
+                            p / kept_probability
+                        } else {
+                            0.0
+                        }
                     } else {
                         p
                     }

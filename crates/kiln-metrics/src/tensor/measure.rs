@@ -250,8 +250,10 @@ fn select<B: Backend>(
             let probability_of = |mode: &Tensor<B, 2>| {
                 let p_mode = (p.clone() * mode.clone()).sum_dim(1);
                 if policy.renormalize {
+                    // As on the host: no kept mass gives probability 0, not 0/0.
                     let kept_sum = p.clone().mask_fill(dropped.clone(), 0.0).sum_dim(1);
-                    p_mode / kept_sum
+                    let empty = kept_sum.clone().equal_elem(0.0);
+                    p_mode / kept_sum.mask_fill(empty, 1.0)
                 } else {
                     p_mode
                 }
