@@ -57,6 +57,8 @@ where
         } else {
             model.step(batch, &self.autocast)
         };
+        // End the phase before any check can return, so observers never see it left open.
+        self.observers.end::<B>(started, &self.device)?;
         let shape = output.loss.dims();
         if shape != [1] {
             return Err(Error::LossShape {
@@ -72,7 +74,6 @@ where
             (_, items) => items.unwrap_or(0),
         };
         let loss = output.loss.cast(FloatDType::F32);
-        self.observers.end::<B>(started, &self.device)?;
 
         let detached = loss.clone().detach().inner();
         if self.config.detect_anomalies {
@@ -148,16 +149,19 @@ where
     /// scheduler) or skip (and leave it), update the loss scale, report.
     fn optimizer_step(&mut self) -> Result<StepReport> {
         let step = self.counters.optimizer_steps + 1;
+        // Checked before the window is taken, so an error leaves it (and the phases) intact.
+        if matches!(self.config.loss_normalization, LossNormalization::Items)
+            && self.window.items == 0
+        {
+            return Err(Error::NoItems {
+                step,
+                micro_batches: self.window.micro_batches,
+            });
+        }
         let started = self.observers.start(Phase::Optimizer, step);
         let window = std::mem::take(&mut self.window);
         let divisor = match self.config.loss_normalization {
             LossNormalization::MicroBatches => f64::from(window.micro_batches),
-            LossNormalization::Items if window.items == 0 => {
-                return Err(Error::NoItems {
-                    step,
-                    micro_batches: window.micro_batches,
-                });
-            }
             LossNormalization::Items => window.items as f64,
         };
         let loss_scale = self.scaler.as_ref().map(|scaler| scaler.scale());

@@ -44,11 +44,24 @@ fn step_output_errors_name_the_step<B: AutodiffBackend>(device: B::Device) {
         device.clone(),
     )
     .unwrap();
+    let recorder = common::recorder();
+    unreduced.add_observer(recorder.clone());
     let error = unreduced.train_batch(batch.clone()).unwrap_err();
     assert!(
         matches!(&error, Error::LossShape { step: 1, micro_batch: 0, shape } if shape == &[4]),
         "{error}"
     );
+    // The failed step still closes every phase it opened.
+    let (mut opened, mut closed) = (0, 0);
+    for event in recorder.events() {
+        match event {
+            kiln_core::Event::PhaseStart { .. } => opened += 1,
+            kiln_core::Event::PhaseEnd { .. } => closed += 1,
+            _ => {}
+        }
+    }
+    assert!(opened > 0);
+    assert_eq!(opened, closed, "every PhaseStart has its PhaseEnd");
 
     let mut items = Trainer::new(
         common::model::<B>(&device, 1),
