@@ -86,6 +86,15 @@ pub trait BlockLayout {
     fn block_of(&self, sample: SampleId) -> Option<BlockIndex> {
         block_of(self.blocks(), sample)
     }
+
+    /// Where a block lives, for error messages: `block B (file F)` by default; layouts that know
+    /// their files name the path and row group instead.
+    fn describe_block(&self, block: BlockIndex) -> String {
+        match self.blocks().get(block as usize) {
+            Some(found) => format!("block {block} (file {})", found.file),
+            None => format!("block {block} (not in the layout)"),
+        }
+    }
 }
 
 /// Binary search for the block holding `sample` in a tiling block list.
@@ -145,6 +154,9 @@ impl<T: BlockLayout + ?Sized> BlockLayout for &T {
     fn num_files(&self) -> usize {
         (**self).num_files()
     }
+    fn describe_block(&self, block: BlockIndex) -> String {
+        (**self).describe_block(block)
+    }
 }
 
 impl<T: BlockLayout + ?Sized> BlockLayout for Box<T> {
@@ -160,6 +172,9 @@ impl<T: BlockLayout + ?Sized> BlockLayout for Box<T> {
     fn num_files(&self) -> usize {
         (**self).num_files()
     }
+    fn describe_block(&self, block: BlockIndex) -> String {
+        (**self).describe_block(block)
+    }
 }
 
 impl<T: BlockLayout + ?Sized> BlockLayout for std::sync::Arc<T> {
@@ -174,6 +189,9 @@ impl<T: BlockLayout + ?Sized> BlockLayout for std::sync::Arc<T> {
     }
     fn num_files(&self) -> usize {
         (**self).num_files()
+    }
+    fn describe_block(&self, block: BlockIndex) -> String {
+        (**self).describe_block(block)
     }
 }
 
@@ -307,6 +325,14 @@ mod tests {
         let mut other = Layout::builder();
         other.add_file(Fingerprint::of_bytes(b"changed"), &[3, 2]);
         assert_ne!(base, other.build().unwrap().fingerprint());
+    }
+
+    #[test]
+    fn blocks_describe_their_file() {
+        let layout = layout(&[&[3], &[2]]);
+        assert_eq!(layout.describe_block(1), "block 1 (file 1)");
+        assert_eq!((&layout).describe_block(0), "block 0 (file 0)");
+        assert_eq!(layout.describe_block(7), "block 7 (not in the layout)");
     }
 
     #[test]

@@ -142,8 +142,10 @@ pub enum Error {
         reason: String,
     },
     /// An inner block source failed to read a block.
-    #[error("reading block {block} (file {file}) failed: {source}")]
+    #[error("reading {location} failed: {source}")]
     Source {
+        /// Where the block lives (the file path and row group when the layout knows them).
+        location: String,
         /// The block.
         block: BlockIndex,
         /// The block's file id in the layout.
@@ -153,8 +155,10 @@ pub enum Error {
         source: BoxError,
     },
     /// A transform rejected a sample.
-    #[error("transform failed on block {block} (file {file}), row {row}: {source}")]
+    #[error("transform failed on {location}, row {row}: {source}")]
     Transform {
+        /// Where the block lives (the file path and row group when the layout knows them).
+        location: String,
         /// The block.
         block: BlockIndex,
         /// The block's file id in the layout.
@@ -216,7 +220,12 @@ impl Error {
 
     /// Wraps an inner source's error with the block and file, unless it already is a kiln-data
     /// error (which names its file itself).
-    pub(crate) fn from_source<E>(block: BlockIndex, file: FileId, error: E) -> Self
+    pub(crate) fn from_source<E>(
+        location: String,
+        block: BlockIndex,
+        file: FileId,
+        error: E,
+    ) -> Self
     where
         E: std::error::Error + Send + Sync + 'static,
     {
@@ -224,6 +233,7 @@ impl Error {
         match boxed.downcast::<Error>() {
             Ok(own) => *own,
             Err(source) => Self::Source {
+                location,
                 block,
                 file,
                 source,
@@ -279,11 +289,11 @@ mod tests {
             blocks: 2,
         };
         assert!(matches!(
-            Error::from_source(4, 0, inner),
+            Error::from_source("block 4 (file 0)".to_owned(), 4, 0, inner),
             Error::NoSuchBlock { .. }
         ));
         let foreign = std::io::Error::other("disk on fire");
-        let wrapped = Error::from_source(4, 1, foreign);
+        let wrapped = Error::from_source("block 4 (file 1)".to_owned(), 4, 1, foreign);
         assert_eq!(
             wrapped.to_string(),
             "reading block 4 (file 1) failed: disk on fire"

@@ -364,3 +364,35 @@ fn the_layout_fingerprint_combines_source_transform_and_codec() {
     assert_eq!(a.blocks(), source().blocks());
     let _: Fingerprint = a.key(0).digest();
 }
+
+/// Over Parquet, a failing transform names the file and the row group, not just an index.
+#[test]
+fn transform_errors_over_parquet_name_the_file_and_row_group() {
+    let data = tempfile::tempdir().unwrap();
+    let paths = write_dataset(data.path(), &[10, 10], 4);
+    let source = ParquetSource::builder()
+        .dir(data.path())
+        .build_with(id_decoder())
+        .unwrap();
+    assert_eq!(
+        source.describe_block(3),
+        format!("block 3 (row group 0 of {})", paths[1].display())
+    );
+    let reject = transform_fn("reject", 1, |id: i64| {
+        if id == 13 {
+            Err(std::io::Error::other("id 13 is cursed"))
+        } else {
+            Ok(id)
+        }
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let cached = Cached::new(source, reject, DiskCache::open(cache.path()).unwrap());
+    let error = cached.read_block(3).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        format!(
+            "transform failed on block 3 (row group 0 of {}), row 3: id 13 is cursed",
+            paths[1].display()
+        )
+    );
+}

@@ -137,10 +137,9 @@ where
     /// Reads the inner block and transforms every sample, bypassing the cache.
     pub fn compute_block(&self, block: BlockIndex) -> Result<Vec<T::Output>> {
         let Block { file, .. } = self.block(block)?;
-        let items = self
-            .inner
-            .read_block(block)
-            .map_err(|error| Error::from_source(block, file, error))?;
+        let items = self.inner.read_block(block).map_err(|error| {
+            Error::from_source(self.inner.describe_block(block), block, file, error)
+        })?;
         items
             .into_iter()
             .enumerate()
@@ -148,6 +147,7 @@ where
                 self.transform
                     .apply(item)
                     .map_err(|error| Error::Transform {
+                        location: self.inner.describe_block(block),
                         block,
                         file,
                         row: row as u64,
@@ -240,6 +240,10 @@ where
 
     fn num_files(&self) -> usize {
         self.inner.num_files()
+    }
+
+    fn describe_block(&self, block: BlockIndex) -> String {
+        self.inner.describe_block(block)
     }
 }
 

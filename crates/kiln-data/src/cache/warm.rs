@@ -94,13 +94,12 @@ where
             Ok(None) | Err(Error::CorruptSegment { .. }) => {}
             Err(error) => return Err(error),
         }
-        let file = self.blocks()[block as usize].file;
         let bytes = catch_unwind(AssertUnwindSafe(|| {
             let samples = self.compute_block(block)?;
             self.encode_block(block, &samples)
         }))
         .map_err(|payload| {
-            Error::panicked(format!("warming block {block} (file {file})"), payload)
+            Error::panicked(format!("warming {}", self.describe_block(block)), payload)
         })??;
         self.disk().put(&key, &bytes)?;
         Ok(true)

@@ -177,18 +177,17 @@ where
         let source = Arc::clone(&self.source);
         let cancel = Arc::clone(&self.cancel);
         let Block { file, rows, .. } = self.source.blocks()[block as usize];
+        let location = self.source.describe_block(block);
         let job = Box::new(move || {
             if cancel.load(Ordering::Relaxed) {
                 return;
             }
             let read = catch_unwind(AssertUnwindSafe(|| source.read_block(block)));
             let result = match read {
-                Err(payload) => Err(Error::panicked(
-                    format!("reading block {block} (file {file})"),
-                    payload,
-                )),
-                Ok(Err(error)) => Err(Error::from_source(block, file, error)),
+                Err(payload) => Err(Error::panicked(format!("reading {location}"), payload)),
+                Ok(Err(error)) => Err(Error::from_source(location, block, file, error)),
                 Ok(Ok(samples)) if samples.len() as u64 != rows => Err(Error::Source {
+                    location,
                     block,
                     file,
                     source: BoxError::from(format!(

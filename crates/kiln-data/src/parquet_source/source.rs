@@ -256,6 +256,17 @@ impl<D> BlockLayout for ParquetSource<D> {
     fn num_files(&self) -> usize {
         self.layout.num_files()
     }
+    fn describe_block(&self, block: BlockIndex) -> String {
+        let found = self.layout.blocks().get(block as usize);
+        match found.and_then(|found| Some((found, self.files.get(found.file as usize)?))) {
+            Some((found, file)) => format!(
+                "block {block} (row group {} of {})",
+                found.index_in_file,
+                file.path().display()
+            ),
+            None => self.layout.describe_block(block),
+        }
+    }
 }
 
 impl<D: RowDecoder> BlockSource for ParquetSource<D> {
