@@ -331,7 +331,11 @@ mod tests {
     fn blocks_describe_their_file() {
         let layout = layout(&[&[3], &[2]]);
         assert_eq!(layout.describe_block(1), "block 1 (file 1)");
-        assert_eq!((&layout).describe_block(0), "block 0 (file 0)");
+        // Through the forwarding impl for references.
+        fn describe(layout: impl BlockLayout, block: BlockIndex) -> String {
+            layout.describe_block(block)
+        }
+        assert_eq!(describe(&layout, 0), "block 0 (file 0)");
         assert_eq!(layout.describe_block(7), "block 7 (not in the layout)");
     }
 
