@@ -186,6 +186,12 @@ fn check_numerics(path: &Path, saved: &TrainerConfig, current: &TrainerConfig) -
             text(&current.loss_normalization),
         ),
         ("clipping", text(&saved.clipping), text(&current.clipping)),
+        // Growth interval and factors shape the scale trajectory, as PyTorch's state_dict keeps.
+        (
+            "loss_scaler",
+            text(&saved.loss_scaler),
+            text(&current.loss_scaler),
+        ),
         ("seed", text(&saved.seed), text(&current.seed)),
         (
             "reseed_every_step",

@@ -170,6 +170,12 @@ fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
         "{error}"
     );
 
+    let mut scaler = config();
+    scaler.loss_scaler.growth_interval = 7;
+    let mut other_scaler = trainer::<B>(&device, scaler, 1);
+    let error = other_scaler.load_checkpoint(&path).unwrap_err().to_string();
+    assert!(error.contains("loss_scaler"), "{error}");
+
     let mut bytes = std::fs::read(&path).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
