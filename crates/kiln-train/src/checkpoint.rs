@@ -11,6 +11,7 @@ use burn::tensor::backend::AutodiffBackend;
 use kiln_core::Position;
 
 use crate::checkpoint_file::{read_sections, write_sections};
+use crate::param_shapes::{first_shape_difference, param_shapes};
 use crate::rng::{RngState, rng_from_state, rng_state};
 use crate::{Counters, Error, LossScalerState, Result, TrainStep, Trainer, TrainerConfig};
 
@@ -148,6 +149,15 @@ where
 
         let model = self.model().clone().load_record(model_record);
         crate::materialize(&model);
+        let (expected, loaded) = (param_shapes(self.model()), param_shapes(&model));
+        if let Some((index, saved, current)) = first_shape_difference(&loaded, &expected) {
+            return Err(Error::CheckpointMismatch {
+                path: path.to_path_buf(),
+                field: "model parameter shapes",
+                saved: format!("parameter {index}: {saved}"),
+                current: format!("parameter {index}: {current}"),
+            });
+        }
         self.model = Some(model);
         self.optim = self.optim.clone().load_record(optimizer_record);
         self.scheduler = self.scheduler.clone().load_record::<B>(scheduler_record);

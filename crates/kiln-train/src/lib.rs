@@ -88,6 +88,7 @@ mod fit;
 mod loss_scaler;
 mod module_cast;
 mod observers;
+mod param_shapes;
 mod precision;
 mod preset;
 mod progress;

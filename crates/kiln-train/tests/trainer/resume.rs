@@ -176,6 +176,27 @@ fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
     let error = other_scaler.load_checkpoint(&path).unwrap_err().to_string();
     assert!(error.contains("loss_scaler"), "{error}");
 
+    // Same structure, other width: refused before Burn could load it and panic later.
+    let narrow = Mlp {
+        hidden: burn::nn::LinearConfig::new(common::INPUTS, 3).init::<B>(&device),
+        output: burn::nn::LinearConfig::new(3, 1).init::<B>(&device),
+        activation: burn::nn::Relu::new(),
+    };
+    let scheduler = LinearLrSchedulerConfig::new(0.05, 0.01, 6).init().unwrap();
+    let mut narrow = Trainer::new(
+        narrow,
+        AdamConfig::new().init(),
+        scheduler,
+        config(),
+        device.clone(),
+    )
+    .unwrap();
+    let error = narrow.load_checkpoint(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("model parameter shapes") && error.contains("parameter 0"),
+        "{error}"
+    );
+
     let mut bytes = std::fs::read(&path).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
