@@ -51,13 +51,25 @@ fn loss_bits(reports: &[kiln_core::StepReport]) -> Vec<u64> {
 /// Bit-identical step losses, parameters and host RNG draws with and without an interruption
 /// after step 4 (in the middle of epoch 1, between two accumulation windows).
 fn resumed_run_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
+    resumed_run_matches::<B>(device, config());
+}
+
+/// The same under f16 mixed precision, with a loss scaler that grows every 2 clean steps, so
+/// its scale and growth tracker change across the interruption and must come from the file.
+fn resumed_f16_run_with_scaler_state_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
+    let mut f16 = config().with_precision(kiln_train::Precision::F16Mixed);
+    f16.loss_scaler.growth_interval = 2;
+    resumed_run_matches::<B>(device, f16);
+}
+
+fn resumed_run_matches<B: AutodiffBackend>(device: B::Device, base: TrainerConfig) {
     let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
     let draw = |trainer: &mut Trainer<B, _, _, _>, draws: &mut Vec<u64>| {
         draws.push(trainer.rng().random::<u64>());
         Ok(())
     };
 
-    let mut whole = trainer::<B>(&device, config(), 1);
+    let mut whole = trainer::<B>(&device, base.clone(), 1);
     let whole_steps = common::recorder();
     whole.add_observer(whole_steps.clone());
     let mut whole_draws = Vec::new();
@@ -75,7 +87,7 @@ fn resumed_run_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mid-epoch.kiln");
-    let mut first = trainer::<B>(&device, config().with_max_steps(Some(4)), 1);
+    let mut first = trainer::<B>(&device, base.clone().with_max_steps(Some(4)), 1);
     let first_steps = common::recorder();
     first.add_observer(first_steps.clone());
     let mut draws = Vec::new();
@@ -94,7 +106,7 @@ fn resumed_run_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
     drop(first);
 
     // Fresh weights and optimizer: everything must come from the checkpoint.
-    let mut second = trainer::<B>(&device, config(), 99);
+    let mut second = trainer::<B>(&device, base.clone(), 99);
     let second_steps = common::recorder();
     second.add_observer(second_steps.clone());
     let position = second.load_checkpoint(&path).unwrap();
@@ -107,6 +119,25 @@ fn resumed_run_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
     resumed.extend(common::step_reports(&second_steps));
     let whole_reports = common::step_reports(&whole_steps);
     assert_eq!(loss_bits(&resumed), loss_bits(&whole_reports));
+    let scales = |reports: &[kiln_core::StepReport]| -> Vec<Option<u64>> {
+        reports
+            .iter()
+            .map(|r| r.loss_scale.map(f64::to_bits))
+            .collect()
+    };
+    assert_eq!(
+        scales(&resumed),
+        scales(&whole_reports),
+        "the loss scale resumes"
+    );
+    if base.precision == kiln_train::Precision::F16Mixed {
+        // The scale must actually move after the cut, or the test proves nothing about it.
+        let after_cut = scales(&whole_reports)[4..].to_vec();
+        assert!(
+            after_cut.windows(2).any(|pair| pair[0] != pair[1]),
+            "{after_cut:?}"
+        );
+    }
     let rates: Vec<f64> = resumed.iter().map(|r| r.learning_rate).collect();
     let whole_rates: Vec<f64> = whole_reports.iter().map(|r| r.learning_rate).collect();
     assert_eq!(rates, whole_rates, "the scheduler resumes where it was");
@@ -234,6 +265,7 @@ fn positions_count_the_global_order<B: AutodiffBackend>(device: B::Device) {
 crate::backend_tests!(
     positions_count_the_global_order,
     resumed_run_is_bit_identical,
+    resumed_f16_run_with_scaler_state_is_bit_identical,
     fit_checkpoints_rotate_and_resume,
     checkpoint_errors_are_explicit,
 );
