@@ -63,11 +63,8 @@ impl RandomSampler {
 
 impl Sampler for RandomSampler {
     fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        // A custom layout whose blocks do not tile the ids would make the order wrong.
-        kiln_core::validate_layout(layout)?;
-        // Fail on the sharding before building the order.
-        self.sharding
-            .batches_per_rank(layout.num_samples(), request.shard.world())?;
+        // Fail on the layout and the sharding before building the order.
+        self.sharding.check(layout, request)?;
         let order = self.global_order(layout, request.seed, request.epoch)?;
         self.sharding.plan(order, layout, request)
     }

@@ -45,11 +45,8 @@ impl SequentialSampler {
 
 impl Sampler for SequentialSampler {
     fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        // A custom layout whose blocks do not tile the ids would make the order wrong.
-        kiln_core::validate_layout(layout)?;
-        // Fail on the sharding before building the order.
-        self.sharding
-            .batches_per_rank(layout.num_samples(), request.shard.world())?;
+        // Fail on the layout and the sharding before building the order.
+        self.sharding.check(layout, request)?;
         self.sharding
             .plan(self.global_order(layout), layout, request)
     }

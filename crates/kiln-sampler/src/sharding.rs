@@ -114,6 +114,15 @@ impl Sharding {
         Ok(batches)
     }
 
+    /// Checks, before any order is built, what every plan over `layout` for `request` needs: the
+    /// layout's blocks tile its sample ids (a custom layout that does not would make the order
+    /// wrong) and the sharding fits it (see [`batches_per_rank`](Self::batches_per_rank)).
+    /// Returns the batches per rank.
+    pub fn check(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<u64> {
+        kiln_core::validate_layout(layout)?;
+        self.batches_per_rank(layout.num_samples(), request.shard.world())
+    }
+
     /// Cuts an epoch's global order into the plan of the requested rank.
     ///
     /// `global` must be the epoch's full global order (every sample of `layout` once, the same on
@@ -212,6 +221,40 @@ mod tests {
         let mut builder = Layout::builder();
         builder.add_file(Fingerprint::of_bytes(b"f"), &[samples]);
         builder.build().unwrap()
+    }
+
+    /// A custom layout with a gap between its blocks: samples 4 and 5 belong to no block.
+    struct Gapped([kiln_core::Block; 2]);
+
+    impl BlockLayout for Gapped {
+        fn blocks(&self) -> &[kiln_core::Block] {
+            &self.0
+        }
+        fn fingerprint(&self) -> Fingerprint {
+            Fingerprint::of_bytes(b"gapped")
+        }
+    }
+
+    #[test]
+    fn layouts_that_do_not_tile_their_ids_are_refused_before_planning() {
+        let block = |first_sample, rows| kiln_core::Block {
+            file: 0,
+            index_in_file: 0,
+            first_sample,
+            rows,
+        };
+        let gapped = Gapped([block(0, 4), block(6, 2)]);
+        let error = Sharding::new(2, RemainderPolicy::Drop)
+            .check(&gapped, &request(0, 1))
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::InvalidLayout { block: 1, .. }),
+            "{error}"
+        );
+        assert_eq!(
+            Sharding::new(2, RemainderPolicy::Drop).check(&layout(8), &request(0, 2)),
+            Ok(2)
+        );
     }
 
     fn request(rank: u32, world: u32) -> PlanRequest {

@@ -95,12 +95,8 @@ impl BlockShuffleSampler {
 
 impl Sampler for BlockShuffleSampler {
     fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        // A custom layout whose blocks do not tile the ids would make the order wrong.
-        kiln_core::validate_layout(layout)?;
-        // Fail on the sharding before spending time on the order.
-        self.config
-            .sharding
-            .batches_per_rank(layout.num_samples(), request.shard.world())?;
+        // Fail on the layout and the sharding before spending time on the order.
+        self.config.sharding.check(layout, request)?;
         let order = self.global_order(layout, request.seed, request.epoch)?;
         self.config.sharding.plan(order, layout, request)
     }
