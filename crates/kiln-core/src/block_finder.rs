@@ -1,4 +1,4 @@
-//! Constant-time lookup of the block holding a sample, for building plan schedules fast.
+//! Constant-time lookup of the block holding a sample, for plan schedules and loaders.
 
 use crate::{Block, BlockIndex, SampleId};
 
@@ -7,19 +7,35 @@ use crate::{Block, BlockIndex, SampleId};
 /// lookup is one table read and a binary search over the few blocks of one bucket.
 ///
 /// A plain binary search over all blocks costs a cache miss and a mispredicted branch per level
-/// (17 levels for 100K blocks), which dominated plan building when consecutive plan positions
-/// come from different blocks, as they do in a shuffle.
-pub(crate) struct BlockFinder<'a> {
-    blocks: &'a [Block],
+/// (17 levels for 100K blocks), which dominates when consecutive lookups come from different
+/// blocks, as they do in a shuffled plan. Plans build their schedule with it; loaders use it to
+/// place every sample of a batch.
+///
+/// ```
+/// use kiln_core::{BlockFinder, BlockLayout, Fingerprint, Layout};
+///
+/// let mut builder = Layout::builder();
+/// builder.add_file(Fingerprint::of_bytes(b"f"), &[3, 0, 5]);
+/// let layout = builder.build().unwrap();
+/// let finder = BlockFinder::new(layout.blocks());
+/// assert_eq!(finder.find(4), Some(2)); // the empty block 1 is never returned
+/// assert_eq!(finder.find(8), None);
+/// ```
+#[derive(Debug, Clone)]
+pub struct BlockFinder {
+    /// One past the last sample of each block.
+    ends: Vec<SampleId>,
     shift: u32,
     /// `first_block[i]`: index of the first block whose end is past the bucket's first id.
     first_block: Vec<u32>,
 }
 
-impl<'a> BlockFinder<'a> {
-    /// A finder for a tiling block list, with about two to four buckets per block.
-    pub(crate) fn new(blocks: &'a [Block]) -> Self {
-        let samples = blocks.last().map_or(0, Block::end);
+impl BlockFinder {
+    /// A finder for a tiling block list (see [`validate_layout`](crate::validate_layout)), with
+    /// about two to four buckets per block.
+    pub fn new(blocks: &[Block]) -> Self {
+        let ends: Vec<SampleId> = blocks.iter().map(Block::end).collect();
+        let samples = ends.last().copied().unwrap_or(0);
         let per_bucket = (samples / (2 * blocks.len().max(1) as u64)).max(1);
         // The largest power of two not above `per_bucket`.
         let shift = u64::BITS - 1 - per_bucket.leading_zeros();
@@ -28,13 +44,13 @@ impl<'a> BlockFinder<'a> {
         let mut block = 0;
         for bucket in 0..buckets {
             let start = bucket << shift;
-            while block < blocks.len() && blocks[block].end() <= start {
+            while block < ends.len() && ends[block] <= start {
                 block += 1;
             }
             first_block.push(block as u32);
         }
         Self {
-            blocks,
+            ends,
             shift,
             first_block,
         }
@@ -42,18 +58,18 @@ impl<'a> BlockFinder<'a> {
 
     /// The block holding `sample`, or `None` past the end: the same answer as a binary search
     /// over all blocks (empty blocks are never returned).
-    pub(crate) fn find(&self, sample: SampleId) -> Option<BlockIndex> {
+    pub fn find(&self, sample: SampleId) -> Option<BlockIndex> {
         let bucket = usize::try_from(sample >> self.shift).ok()?;
         let low = *self.first_block.get(bucket)? as usize;
         // The holder is at most the first block reaching into the next bucket.
         let high = self
             .first_block
             .get(bucket + 1)
-            .map_or(self.blocks.len(), |&next| {
-                (next as usize + 1).min(self.blocks.len())
+            .map_or(self.ends.len(), |&next| {
+                (next as usize + 1).min(self.ends.len())
             });
-        let index = low + self.blocks[low..high].partition_point(|block| block.end() <= sample);
-        (index < self.blocks.len()).then_some(index as BlockIndex)
+        let index = low + self.ends[low..high].partition_point(|&end| end <= sample);
+        (index < self.ends.len()).then_some(index as BlockIndex)
     }
 }
 

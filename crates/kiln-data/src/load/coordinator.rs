@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
-use kiln_core::{Block, BlockIndex, BlockLayout, BlockSource, Plan};
+use kiln_core::{Block, BlockFinder, BlockIndex, BlockLayout, BlockSource, Plan};
 
 use super::collate::Collate;
 use super::pool::Message;
@@ -16,7 +16,8 @@ use crate::{BoxError, Error, Result};
 /// A batch (by index within the epoch) or the error that ends the epoch at that batch.
 pub(crate) type Delivery<O> = (u64, Result<O>);
 
-type BlockResult<I> = (BlockIndex, Result<Vec<I>>);
+/// A block's samples as the coordinator stores them (taken out one by one), or why it failed.
+type BlockResult<I> = (BlockIndex, Result<Vec<Option<I>>>);
 
 /// Everything the coordinator thread owns for one epoch.
 pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
@@ -63,9 +64,8 @@ struct Progress<I> {
     assembled: u64,
     /// The earliest failing batch and its error.
     failure: Option<(u64, Error)>,
-    /// One past the last sample of each block: a compact copy of the layout for the
-    /// per-sample block lookup.
-    block_ends: Vec<u64>,
+    /// The per-sample block lookup.
+    finder: BlockFinder,
 }
 
 impl<S, C> Coordinator<S, C>
@@ -102,7 +102,7 @@ where
             consumed: 0,
             assembled: 0,
             failure: None,
-            block_ends: self.source.blocks().iter().map(Block::end).collect(),
+            finder: BlockFinder::new(self.source.blocks()),
         };
         loop {
             if self.cancel.load(Ordering::Relaxed) {
@@ -195,7 +195,8 @@ where
                         samples.len()
                     )),
                 }),
-                Ok(Ok(samples)) => Ok(samples),
+                // Wrapped here, on a worker, not on the single coordinator thread.
+                Ok(Ok(samples)) => Ok(samples.into_iter().map(Some).collect()),
             };
             let _ = results.send((block, result));
         });
@@ -207,7 +208,7 @@ where
         progress: &mut Progress<S::Item>,
         index_of_use: &[usize],
         block: BlockIndex,
-        result: Result<Vec<S::Item>>,
+        result: Result<Vec<Option<S::Item>>>,
     ) {
         let Some(&index) = index_of_use
             .get(block as usize)
@@ -217,7 +218,6 @@ where
         };
         match result {
             Ok(samples) => {
-                let samples = samples.into_iter().map(Some).collect();
                 progress.resident[block as usize] = Some(Resident { samples });
                 progress.arrived[index] = true;
                 while progress.arrived.get(progress.ready_prefix) == Some(&true) {
@@ -296,18 +296,14 @@ where
             let (block, range) = match &current {
                 Some((block, range)) if range.contains(&sample) => (*block, range.clone()),
                 _ => {
-                    // The first block ending after the sample (empty blocks end where they
-                    // start, so they are never chosen).
-                    let block = progress.block_ends.partition_point(|&end| end <= sample);
-                    if block == progress.block_ends.len() {
+                    let Some(block) = progress.finder.find(sample) else {
                         return Err(Error::PlanMismatch {
                             reason: format!(
                                 "plan position {} names unknown sample {sample}",
                                 first + offset as u64
                             ),
                         });
-                    }
-                    let block = block as BlockIndex;
+                    };
                     let range = self.source.blocks()[block as usize].samples();
                     current = Some((block, range.clone()));
                     (block, range)
