@@ -272,7 +272,7 @@ where
         let bytes = self.encode_block(block, &samples)?;
         self.disk.put(&key, &bytes)?;
         if let Some(ram) = &self.ram
-            && let Ok(segment) = Segment::verify(SegmentBytes::heap(&bytes), &key)
+            && let Ok(segment) = Segment::verify(SegmentBytes::owned(bytes), &key)
         {
             ram.insert(key.digest(), segment);
         }
