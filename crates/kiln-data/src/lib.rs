@@ -8,7 +8,7 @@
 //! | piece | what it does | seam |
 //! |---|---|---|
 //! | [`ParquetSource`] | files, directories or globs; one row group per block; footers read once; column projection; whole row groups decoded through a [`RowDecoder`] | `BlockLayout` + `BlockSource` |
-//! | [`Cached`] | applies a `Transform` per sample and caches the outputs per block: [`DiskCache`] (verified, memory-mapped, atomic, LRU-limited) under an optional [`RamCache`]; [`Cached::warm`] builds it in parallel | `BlockLayout` + `BlockSource` around an inner one |
+//! | [`Cached`] | applies a `Transform` per sample and caches the outputs per block: [`DiskCache`] (verified, atomic, LRU-limited; large segments memory-mapped) under an optional [`RamCache`]; [`Cached::warm`] builds it in parallel | `BlockLayout` + `BlockSource` around an inner one |
 //! | [`Loader`] | executes a `Plan` with persistent workers, bounded prefetch and read-ahead, strictly ordered batches and overlapping back-to-back epochs ([`Epoch::prefetch_next`]); collates with a closure ([`collate_fn`]) or any Burn `Batcher` ([`BurnCollate`]); reports wait times to `Observer`s | consumes `BlockSource`, `Plan` |
 //!
 //! They compose by wrapping: `Loader<Cached<ParquetSource<D>, T>, C>` reads row groups, decodes
@@ -26,13 +26,19 @@
 //!   integer a loop with branches.
 //! - [`PodCodec`] stores plain numeric arrays (`Vec<f32>`, `Vec<[f32; 3]>`, any `bytemuck::Pod`)
 //!   as their raw memory. Records are 8-byte aligned in the segment, so
-//!   [`Segment::pod_record`] views them in the memory map with no copy at all, and decoding to a
-//!   `Vec` is one `memcpy`.
+//!   [`Segment::pod_record`] views them in place (in the memory map, for large segments) with
+//!   no copy at all, and decoding to a `Vec` is one `memcpy`.
 //!
-//! Every record carries an XXH3-64 checksum that is verified on each read from disk, so a
-//! corrupt segment is never served. That is not free: verified cache reads run at about 0.4x
-//! the speed of plain page-cache reads of the same bytes (`docs/performance.md`), still far
-//! above what decoding and training consume.
+//! # Verified reads at page-cache speed
+//!
+//! Every byte of a segment is verified on each read from disk, so a corrupt segment is never
+//! served. The payload is checked by one XXH3-64 over all of it (SIMD-bound, tens of GB/s)
+//! rather than by a thousand short per-record hashes (call-bound, about half that speed); each
+//! record still carries its own checksum, which names the damaged records when the payload
+//! checksum fails. Segments of 2 MiB or more are memory-mapped and verified in one pass with
+//! no copy; smaller ones are read, because mapping and unmapping a small file costs more than
+//! copying it ([`DiskCache::with_mmap_threshold`]). `docs/performance.md` records the measured
+//! ratio of verified cache reads to plain page-cache reads of the same bytes.
 //!
 //! # Example
 //!
@@ -94,8 +100,8 @@ pub use arrow_array;
 pub use arrow_schema;
 
 pub use cache::{
-    BincodeCodec, CacheStats, Cached, Codec, CodecError, CorruptSegment, DiskCache, FORMAT_VERSION,
-    PodCodec, RamCache, Segment, SegmentBuilder, SegmentKey, WarmReport,
+    BincodeCodec, CacheStats, Cached, Codec, CodecError, CorruptSegment, DEFAULT_MMAP_THRESHOLD,
+    DiskCache, FORMAT_VERSION, PodCodec, RamCache, Segment, SegmentBuilder, SegmentKey, WarmReport,
 };
 pub use error::{BoxError, Error, Result};
 pub use load::{

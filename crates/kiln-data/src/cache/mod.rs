@@ -10,7 +10,7 @@ mod warm;
 
 pub use cached::Cached;
 pub use codec::{BincodeCodec, Codec, CodecError, PodCodec};
-pub use disk::DiskCache;
+pub use disk::{DEFAULT_MMAP_THRESHOLD, DiskCache};
 pub use ram::RamCache;
 pub use segment::{FORMAT_VERSION, Segment, SegmentBuilder, SegmentKey};
 pub use stats::{CacheStats, CorruptSegment};
