@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{id_decoder, pair_decoder, write_batch, write_dataset, write_ids};
 use kiln_core::{BlockLayout, BlockSource};
-use kiln_data::arrow_array::{Float64Array, Int64Array, RecordBatch};
+use kiln_data::arrow_array::{Float32Array, Float64Array, Int64Array, RecordBatch};
 use kiln_data::parquet::file::reader::{FileReader, SerializedFileReader};
 use kiln_data::{Error, ParquetSource};
 
@@ -124,6 +124,51 @@ fn a_file_truncated_after_opening_is_named_on_read() {
     let error = source.read_block(2).unwrap_err();
     assert!(matches!(error, Error::FileChanged { .. }), "{error}");
     assert!(error.to_string().contains("part-000.parquet"), "{error}");
+}
+
+#[test]
+fn a_projection_skips_the_columns_between_its_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.parquet");
+    let rows = 50_000;
+    // The middle column is incompressible noise, so its chunk (about 400 KB) is far wider than
+    // the gap across which nearby chunks are read together.
+    let noise = (0..rows).map(|i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64);
+    let batch = RecordBatch::try_from_iter([
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)) as _,
+        ),
+        ("wide", Arc::new(Float64Array::from_iter_values(noise)) as _),
+        (
+            "x",
+            Arc::new(Float32Array::from_iter_values((0..rows).map(|i| i as f32))) as _,
+        ),
+    ])
+    .unwrap();
+    write_batch(&path, &batch, rows as usize);
+    let wide_chunk = {
+        let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+        reader.metadata().row_group(0).column(1).byte_range().1
+    };
+    assert!(wide_chunk > 300_000, "{wide_chunk}");
+
+    let all = ParquetSource::builder().file(&path).build().unwrap();
+    all.read_block(0).unwrap();
+    let projected = ParquetSource::builder()
+        .file(&path)
+        .columns(["id", "x"])
+        .build_with(pair_decoder())
+        .unwrap();
+    let pairs = projected.read_block(0).unwrap();
+    assert_eq!(pairs.len(), rows as usize);
+    assert_eq!(pairs[12_345], (12_345, 12_345.0));
+    assert!(
+        projected.bytes_read() + wide_chunk <= all.bytes_read(),
+        "the projection read {} bytes, all columns {}, the skipped chunk has {wide_chunk}",
+        projected.bytes_read(),
+        all.bytes_read()
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use parquet::arrow::arrow_reader::{
 };
 
 use super::projection::Projection;
-use super::range_reader::RangeReader;
+use super::range_reader::{COALESCE_GAP_BYTES, RangeReader, coalesce};
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"PAR1";
@@ -85,7 +85,8 @@ impl ParquetFile {
             .finish()
     }
 
-    /// Reads and decodes one row group's projected columns with one sequential read.
+    /// Reads and decodes one row group's projected columns (one sequential read per group of
+    /// nearby column chunks).
     ///
     /// Returns the batch and the number of bytes read from disk.
     pub(crate) fn read_row_group(&self, row_group: usize) -> Result<(RecordBatch, u64)> {
@@ -122,10 +123,11 @@ impl ParquetFile {
         })
     }
 
-    /// Reads the byte range spanned by the projected column chunks of a row group.
+    /// Reads the projected column chunks of a row group: one sequential read per group of
+    /// chunks that lie within [`COALESCE_GAP_BYTES`] of each other.
     fn read_range(&self, file: &mut File, row_group: usize) -> Result<RangeReader> {
         let group = self.metadata.metadata().row_group(row_group);
-        let (mut start, mut end) = (u64::MAX, 0u64);
+        let mut chunks = Vec::with_capacity(self.projection.leaves.len());
         for &leaf in &self.projection.leaves {
             let chunk = group.column(leaf);
             // `ColumnChunkMetaData::byte_range` asserts on negative values; a corrupt footer
@@ -134,40 +136,36 @@ impl ParquetFile {
                 .dictionary_page_offset()
                 .unwrap_or_else(|| chunk.data_page_offset());
             let size = chunk.compressed_size();
-            let (Ok(chunk_start), Ok(chunk_len)) = (u64::try_from(offset), u64::try_from(size))
-            else {
-                return Err(Error::CorruptParquet {
-                    path: self.path.clone(),
-                    row_group: Some(row_group),
-                    column: Some(chunk.column_path().string()),
-                    reason: format!(
-                        "the footer gives the column chunk offset {offset} and size {size}"
-                    ),
-                });
-            };
-            start = start.min(chunk_start);
-            end = end.max(chunk_start.saturating_add(chunk_len));
-        }
-        if start >= end {
-            return Ok(RangeReader::new(0, Bytes::new(), self.bytes));
-        }
-        if end > self.bytes {
-            return Err(Error::CorruptParquet {
+            let corrupt = |reason: String| Error::CorruptParquet {
                 path: self.path.clone(),
                 row_group: Some(row_group),
-                column: None,
-                reason: format!(
-                    "the footer places column chunks at bytes {start}..{end}, past the end of \
-                     the {}-byte file",
+                column: Some(chunk.column_path().string()),
+                reason,
+            };
+            let (Ok(start), Ok(len)) = (u64::try_from(offset), u64::try_from(size)) else {
+                return Err(corrupt(format!(
+                    "the footer gives the column chunk offset {offset} and size {size}"
+                )));
+            };
+            let end = start.saturating_add(len);
+            if end > self.bytes {
+                return Err(corrupt(format!(
+                    "the footer places the column chunk at bytes {start}..{end}, past the end \
+                     of the {}-byte file",
                     self.bytes
-                ),
-            });
+                )));
+            }
+            chunks.push(start..end);
         }
-        let mut buffer = vec![0; (end - start) as usize];
-        file.seek(SeekFrom::Start(start))
-            .and_then(|_| file.read_exact(&mut buffer))
-            .map_err(|source| Error::io("reading", &self.path, source))?;
-        Ok(RangeReader::new(start, Bytes::from(buffer), self.bytes))
+        let mut held = Vec::new();
+        for range in coalesce(chunks, COALESCE_GAP_BYTES) {
+            let mut buffer = vec![0; (range.end - range.start) as usize];
+            file.seek(SeekFrom::Start(range.start))
+                .and_then(|_| file.read_exact(&mut buffer))
+                .map_err(|source| Error::io("reading", &self.path, source))?;
+            held.push((range.start, Bytes::from(buffer)));
+        }
+        Ok(RangeReader::new(held, self.bytes))
     }
 
     /// Decodes a row group under a projection into one batch.
