@@ -204,7 +204,7 @@ where
         match self.decode(&segment, rows) {
             Ok(samples) => {
                 if let Some(ram) = &self.ram {
-                    ram.insert_copy(key.digest(), &segment);
+                    ram.insert_from_disk(key.digest(), segment);
                 }
                 Ok(Some(samples))
             }

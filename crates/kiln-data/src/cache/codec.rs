@@ -86,7 +86,7 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for BincodeCodec {
 /// Zero-copy codec for plain numeric arrays (`Vec<f32>`, `Vec<[f32; 3]>`, any `bytemuck::Pod`):
 /// the record is the array's memory, written and read without per-element work.
 ///
-/// Records are 8-byte aligned inside memory-mapped segments, so
+/// Records are 8-byte aligned inside segments, whether read or memory-mapped, so
 /// [`Segment::pod_record`](crate::Segment::pod_record) can view them in place; decoding to a
 /// `Vec` is one `memcpy`. Byte order is the machine's, which is part of the fingerprint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

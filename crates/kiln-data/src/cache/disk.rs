@@ -13,7 +13,7 @@ use kiln_core::Fingerprint;
 use lru::LruCache;
 use memmap2::MmapOptions;
 
-use super::segment::{Segment, SegmentBytes, SegmentKey};
+use super::segment::{Segment, SegmentBytes, SegmentKey, SegmentName, file_name};
 use super::stats::{CacheStats, CorruptSegment, Counters};
 use crate::{Error, Result};
 
@@ -29,7 +29,8 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 ///
 /// - **Atomic writes**: a segment is written to a hidden temporary file in the same directory
 ///   and renamed into place, so a crash leaves either the whole segment or none. Temporary files
-///   older than an hour are removed when the cache is opened.
+///   older than an hour are removed when the cache is opened, and so are segments of another
+///   format version (their names say it), which this build can never read.
 /// - **Verified reads**: every byte of a segment is verified before use (header, index and
 ///   payload checksums, and the layout of the records); a corrupt segment is removed, reported
 ///   with its damaged records ([`corrupt_segments`](Self::corrupt_segments)) and never served.
@@ -38,6 +39,11 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 /// - **Concurrency**: any number of threads and processes may read and write the same directory.
 ///   Files are only ever created by rename and removed by unlink, never modified in place, so a
 ///   reader's mapping stays valid even if the segment is replaced or evicted meanwhile.
+/// - **Other programs must not write into the directory.** Segments at or above the mmap
+///   threshold are memory-mapped; a program that modified or truncated such a file in place
+///   while it is mapped would change bytes after verification (undefined behaviour for the
+///   reader) or make the reader's next access fault (`SIGBUS`). Deleting or replacing files by
+///   rename is safe.
 /// - **Size limit**: with [`with_limit_bytes`](Self::with_limit_bytes), the least recently used
 ///   segments (as seen by this process; by modification time across runs) are removed after a
 ///   write that exceeds the limit. The segment just written is always kept.
@@ -97,8 +103,15 @@ impl DiskCache {
                     // Best effort: another process may be removing it too.
                     let _ = std::fs::remove_file(entry.path());
                 }
-            } else if let Some(digest) = name.strip_suffix(".seg").and_then(|s| s.parse().ok()) {
-                found.push((modified, digest, metadata.len()));
+            } else {
+                match SegmentName::parse(&name) {
+                    SegmentName::Current(digest) => found.push((modified, digest, metadata.len())),
+                    // Written by another kiln version: this build can never read it.
+                    SegmentName::OtherVersion => {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                    SegmentName::Foreign => {}
+                }
             }
         }
         found.sort();
@@ -334,7 +347,7 @@ impl DiskCache {
             index.bytes -= bytes;
             // A reader holding the file mapped keeps its data; NotFound means another process
             // evicted it first.
-            let _ = std::fs::remove_file(self.dir.join(format!("{digest}.seg")));
+            let _ = std::fs::remove_file(self.dir.join(file_name(digest)));
             Counters::add(&self.counters.evictions, 1);
         }
     }
@@ -357,7 +370,7 @@ impl DiskCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::segment::SegmentBuilder;
+    use crate::cache::segment::{FORMAT_VERSION, SegmentBuilder};
 
     fn key(block: u32) -> SegmentKey {
         SegmentKey {
@@ -382,23 +395,51 @@ mod tests {
     #[test]
     fn mapped_and_read_segments_are_verified_alike() {
         let dir = tempfile::tempdir().unwrap();
-        for threshold in [0, u64::MAX] {
+        let len = segment(key(5), b"payload").len() as u64;
+        // Segments of at least the threshold are mapped.
+        for (threshold, mapped) in [(0, true), (len, true), (len + 1, false), (u64::MAX, false)] {
             let cache = DiskCache::open(dir.path())
                 .unwrap()
                 .with_mmap_threshold(threshold);
             cache.put(&key(5), &segment(key(5), b"payload")).unwrap();
-            assert_eq!(cache.get(&key(5)).unwrap().unwrap().record(0), b"payload");
+            let found = cache.get(&key(5)).unwrap().unwrap();
+            assert_eq!(found.record(0), b"payload");
+            assert_eq!(found.is_mapped(), mapped, "threshold {threshold}");
             let mut damaged = segment(key(5), b"payload");
             let last = damaged.len() - 1;
             damaged[last] ^= 1;
             std::fs::write(cache.segment_path(&key(5)), &damaged).unwrap();
             let error = cache.get(&key(5)).unwrap_err();
             assert!(
-                error.to_string().contains("record 0 checksum mismatch"),
+                error.to_string().contains("record 0 is damaged"),
                 "threshold {threshold}: {error}"
             );
             assert!(!cache.contains(&key(5)));
         }
+    }
+
+    #[test]
+    fn opening_removes_segments_of_other_format_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let digest = key(0).digest();
+        let old = dir.path().join(format!("{digest}.seg"));
+        let newer = dir
+            .path()
+            .join(format!("{digest}.v{}.seg", FORMAT_VERSION + 1));
+        let unrelated = dir.path().join("notes.seg");
+        for path in [&old, &newer, &unrelated] {
+            std::fs::write(path, b"bytes").unwrap();
+        }
+        let cache = DiskCache::open(dir.path()).unwrap();
+        cache.put(&key(0), &segment(key(0), b"x")).unwrap();
+        let reopened = DiskCache::open(dir.path()).unwrap();
+        assert!(!old.exists() && !newer.exists());
+        assert!(
+            unrelated.exists(),
+            "files that are not segments are left alone"
+        );
+        assert!(reopened.get(&key(0)).unwrap().is_some());
+        assert_eq!(reopened.stats().disk_bytes, cache.stats().disk_bytes);
     }
 
     #[test]
@@ -455,10 +496,7 @@ mod tests {
             matches!(error, Error::CorruptSegment { block: 2, .. }),
             "{error}"
         );
-        assert!(
-            error.to_string().contains("record 0 checksum mismatch"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("record 0 is damaged"), "{error}");
         assert!(!cache.contains(&key(2)));
         let reports = cache.corrupt_segments();
         assert_eq!(reports.len(), 1);

@@ -65,11 +65,12 @@ impl RamCache {
         found
     }
 
-    /// Stores a heap copy of `segment` (see [`insert`](Self::insert)); a segment larger than
-    /// the whole budget is not copied.
-    pub(crate) fn insert_copy(&self, digest: Fingerprint, segment: &Segment) {
+    /// Stores a segment read from disk (see [`insert`](Self::insert)): moved when it is on the
+    /// heap already, copied when it is mapped; a segment larger than the whole budget is not
+    /// copied.
+    pub(crate) fn insert_from_disk(&self, digest: Fingerprint, segment: Segment) {
         if segment.byte_len() as u64 <= self.budget_bytes {
-            self.insert(digest, segment.to_heap());
+            self.insert(digest, segment.into_heap());
         }
     }
 
@@ -130,7 +131,7 @@ mod tests {
         let cache = RamCache::new(2 * one);
         for block in 0..3 {
             let (digest, segment) = segment(block, 100);
-            cache.insert_copy(digest, &segment);
+            cache.insert_from_disk(digest, segment);
             assert!(cache.bytes() <= 2 * one);
         }
         assert!(
@@ -145,7 +146,7 @@ mod tests {
     fn oversized_segments_are_not_kept() {
         let (digest, big) = segment(0, 1000);
         let cache = RamCache::new(10);
-        cache.insert_copy(digest, &big);
+        cache.insert_from_disk(digest, big);
         assert_eq!(cache.bytes(), 0);
         assert!(cache.get(&digest).is_none());
     }

@@ -16,7 +16,7 @@ pub struct CacheStats {
     pub misses: u64,
     /// Segments that failed verification and were removed to be rebuilt.
     pub corrupt_segments: u64,
-    /// Segment bytes read from disk (memory-mapped and verified).
+    /// Segment bytes read from disk (read or memory-mapped, and verified).
     pub bytes_read: u64,
     /// Segment bytes written to disk.
     pub bytes_written: u64,
