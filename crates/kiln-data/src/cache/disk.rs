@@ -148,12 +148,13 @@ impl DiskCache {
     ///
     /// Mapping a file costs a page-table entry and a fault per page, and unmapping a TLB
     /// flush, where a read is one copy. For small segments the copy is cheaper: on Linux 6.18
-    /// and ext4, 256 KiB segments are read and verified 1.6x faster than mapped and verified.
-    /// From 2 MiB on, the page cache holds whole 2 MiB folios that map in one entry each, and a
-    /// mapped segment is verified in one pass over the page cache with no copy: 1.4-1.5x faster
-    /// than reading, and no second copy of the data in memory. Those figures come from
-    /// `cargo bench -p kiln-data --bench segment_read` (see `docs/performance.md`); the best
-    /// threshold depends on kernel and file system.
+    /// and ext4, 256 KiB segments are read and verified 1.3-1.5x faster than mapped and
+    /// verified, and around 1 MiB mapping is fast or slow depending on the folio sizes the page
+    /// cache holds. From 2 MiB on, the page cache holds whole 2 MiB folios that map in one entry
+    /// each, and a mapped segment is verified in one pass over the page cache with no copy:
+    /// 1.2-1.5x faster than reading, and no second copy of the data in memory. Those figures
+    /// come from `cargo bench -p kiln-data --bench segment_read` (see `docs/performance.md`);
+    /// the best threshold depends on kernel and file system.
     pub fn with_mmap_threshold(mut self, bytes: u64) -> Self {
         self.mmap_threshold = bytes;
         self
