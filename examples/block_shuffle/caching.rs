@@ -50,6 +50,8 @@ pub struct CachingSetup<'a> {
     pub transform: BuildGraph,
     /// An empty directory for the cache.
     pub cache_dir: &'a Path,
+    /// Segments of at least this many bytes are memory-mapped.
+    pub mmap_threshold: u64,
     /// The block shuffle whose epoch-0 plan every epoch uses.
     pub shuffle: &'a BlockShuffleSampler,
     /// Loader settings.
@@ -70,6 +72,7 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
         paths,
         transform,
         cache_dir,
+        mmap_threshold,
         shuffle,
         config,
         seed,
@@ -78,7 +81,11 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
     let source = ParquetSource::builder().files(paths).build_with(decoder)?;
     let graph_microseconds_per_sample = transform_cost(&source, &transform)?;
     let rows = source.num_samples() as f64;
-    let cached = Arc::new(Cached::new(source, transform, DiskCache::open(cache_dir)?));
+    let cached = Arc::new(Cached::new(
+        source,
+        transform,
+        DiskCache::open(cache_dir)?.with_mmap_threshold(mmap_threshold),
+    ));
     let loader = Loader::with_shared_source(Arc::clone(&cached), digest_collate(), config)?;
     let plan = shuffle.plan(cached.as_ref(), &PlanRequest::new(seed, 0))?;
     let digest_epoch = |message: &'static str| -> Result<(f64, Fingerprint, usize)> {
@@ -147,7 +154,7 @@ struct PageCacheComparison {
     read_bytes_per_s: f64,
     /// Mapping every file and summing its 8-byte words.
     mmap_bytes_per_s: f64,
-    /// `DiskCache::get` of every segment, verified, with the default mmap threshold.
+    /// `DiskCache::get` of every segment, verified, with the run's mmap threshold.
     cache_bytes_per_s: f64,
 }
 
