@@ -438,6 +438,113 @@ fn the_memory_bound_follows_the_plan() {
     assert_eq!(loader.memory_bound(&scrambled).peak_window_blocks, 10);
 }
 
+/// Live `Tracked` samples, and the most there ever were at once.
+#[derive(Debug, Default)]
+struct Census {
+    live: AtomicU64,
+    peak: AtomicU64,
+}
+
+/// A sample that counts itself in a census while it exists.
+#[derive(Debug)]
+struct Tracked {
+    id: SampleId,
+    census: Arc<Census>,
+}
+
+impl Tracked {
+    fn new(id: SampleId, census: &Arc<Census>) -> Self {
+        let live = census.live.fetch_add(1, Ordering::SeqCst) + 1;
+        census.peak.fetch_max(live, Ordering::SeqCst);
+        Self {
+            id,
+            census: Arc::clone(census),
+        }
+    }
+}
+
+impl Clone for Tracked {
+    fn clone(&self) -> Self {
+        Self::new(self.id, &self.census)
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.census.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Ids as `Tracked` samples, created when a block is read.
+struct TrackedSource {
+    ids: MemorySource<SampleId>,
+    census: Arc<Census>,
+}
+
+impl BlockLayout for TrackedSource {
+    fn blocks(&self) -> &[kiln_core::Block] {
+        self.ids.blocks()
+    }
+    fn fingerprint(&self) -> kiln_core::Fingerprint {
+        self.ids.fingerprint()
+    }
+    fn num_files(&self) -> usize {
+        self.ids.num_files()
+    }
+}
+
+impl BlockSource for TrackedSource {
+    type Item = Tracked;
+    type Error = kiln_testkit::MemorySourceError;
+
+    fn read_block(&self, block: BlockIndex) -> std::result::Result<Vec<Tracked>, Self::Error> {
+        let ids = self.ids.read_block(block)?;
+        Ok(ids
+            .into_iter()
+            .map(|id| Tracked::new(id, &self.census))
+            .collect())
+    }
+}
+
+#[test]
+fn live_samples_stay_within_the_memory_bound() {
+    // 40 blocks of 50 samples, read block after block, counted while they exist: a loader that
+    // read ahead without limit, or kept samples past their use, would hold up to all 2,000.
+    let census = Arc::new(Census::default());
+    let source = TrackedSource {
+        ids: MemorySource::with_ids(&[&[50; 40]]),
+        census: Arc::clone(&census),
+    };
+    let config = LoaderConfig::new()
+        .with_workers(2)
+        .with_prefetch_batches(2)
+        .with_read_ahead_blocks(2);
+    let ids = collate_fn(|batch: Vec<Tracked>| batch.iter().map(|t| t.id).collect::<Vec<_>>());
+    let loader = Loader::new(source, ids, config).unwrap();
+    let plan = BlocksReversed { batch_size: 10 }
+        .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
+        .unwrap();
+    let bound = loader.memory_bound(&plan).max_samples();
+    assert!(bound < 500, "the bound itself must be tight here: {bound}");
+    let mut delivered = Vec::new();
+    for batch in loader.epoch(plan.clone()).unwrap() {
+        delivered.extend(batch.unwrap());
+        // A slow consumer: the loader runs as far ahead as it is allowed to.
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(delivered, plan.order());
+    let peak = census.peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= bound,
+        "{peak} samples were live at once, the bound is {bound}"
+    );
+    assert_eq!(
+        census.live.load(Ordering::SeqCst),
+        0,
+        "every sample was dropped"
+    );
+}
+
 #[derive(Clone)]
 struct XBatcher;
 
