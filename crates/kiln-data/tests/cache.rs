@@ -106,6 +106,27 @@ fn a_flipped_byte_is_detected_reported_and_rebuilt() {
 }
 
 #[test]
+fn a_failed_write_serves_the_samples_uncached() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("cache");
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = Cached::new(source(), counted(1, &calls), DiskCache::open(&dir).unwrap());
+    // The directory goes away under the open cache (a failure no permission can fake for root).
+    std::fs::remove_dir_all(&dir).unwrap();
+    let block = cached.blocks()[0];
+    assert_eq!(cached.read_block(0).unwrap(), expected(&block, 1));
+    let stats = cached.stats();
+    assert_eq!(
+        (stats.misses, stats.failed_writes, stats.bytes_written),
+        (1, 1, 0)
+    );
+    let error = cached.disk().last_write_error().unwrap();
+    assert!(error.contains("cache"), "the error names the path: {error}");
+    // Building the cache on purpose does fail.
+    assert!(cached.warm().is_err());
+}
+
+#[test]
 fn a_crash_between_write_and_rename_leaves_the_cache_consistent() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));

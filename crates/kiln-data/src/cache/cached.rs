@@ -19,8 +19,11 @@ use crate::{Error, Result};
 /// block, the transform's and the codec's fingerprints and the format version, so a changed
 /// file, projection, decoder or transform never serves stale data. The codec's fingerprint
 /// names the sample type but cannot see its fields: when you change the output type's fields,
-/// bump the transform's version too. A segment that
-/// fails verification is reported, removed and rebuilt, never served.
+/// bump the transform's version too. A segment that fails verification is reported, removed and
+/// rebuilt, never served. A segment that cannot be written while serving a read (a full disk, a
+/// directory that went away) does not stop the read: its samples are served uncached, and the
+/// failure is counted ([`CacheStats::failed_writes`](crate::CacheStats::failed_writes)) with
+/// its error kept ([`DiskCache::last_write_error`]). [`warm`](Self::warm) does fail on it.
 ///
 /// `Cached` is itself a [`BlockLayout`] and a [`BlockSource`], so it stacks under a loader or
 /// another wrapper.
@@ -270,7 +273,11 @@ where
         }
         let samples = self.compute_block(block)?;
         let bytes = self.encode_block(block, &samples)?;
-        self.disk.put(&key, &bytes)?;
+        if let Err(error) = self.disk.put(&key, &bytes) {
+            // The samples are good; only keeping them failed (a full disk, a directory that
+            // went away). Training goes on uncached rather than stopping; `warm` does fail.
+            self.disk.record_failed_write(&error);
+        }
         if let Some(ram) = &self.ram
             && let Ok(segment) = Segment::verify(SegmentBytes::owned(bytes), &key)
         {

@@ -55,6 +55,7 @@ pub struct DiskCache {
     index: Mutex<DiskIndex>,
     counters: Counters,
     reports: Mutex<VecDeque<CorruptSegment>>,
+    last_write_error: Mutex<Option<String>>,
     next_temp: AtomicU64,
     #[cfg(test)]
     fail_before_rename: std::sync::atomic::AtomicBool,
@@ -129,6 +130,7 @@ impl DiskCache {
             index: Mutex::new(index),
             counters: Counters::default(),
             reports: Mutex::new(VecDeque::new()),
+            last_write_error: Mutex::new(None),
             next_temp: AtomicU64::new(0),
             #[cfg(test)]
             fail_before_rename: std::sync::atomic::AtomicBool::new(false),
@@ -301,6 +303,23 @@ impl DiskCache {
             .lock()
             .map(|reports| reports.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The last error of a write that failed while serving reads (counted in
+    /// [`CacheStats::failed_writes`]), if any.
+    pub fn last_write_error(&self) -> Option<String> {
+        self.last_write_error
+            .lock()
+            .ok()
+            .and_then(|error| error.clone())
+    }
+
+    /// Counts a failed write whose samples are served anyway, keeping its error.
+    pub(crate) fn record_failed_write(&self, error: &Error) {
+        Counters::add(&self.counters.failed_writes, 1);
+        if let Ok(mut last) = self.last_write_error.lock() {
+            *last = Some(error.to_string());
+        }
     }
 
     /// Removes the segment of `key`, counts and records the corruption, and returns the error.

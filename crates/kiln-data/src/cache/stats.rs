@@ -20,6 +20,10 @@ pub struct CacheStats {
     pub bytes_read: u64,
     /// Segment bytes written to disk.
     pub bytes_written: u64,
+    /// Segments that could not be written while serving reads (a full disk, a directory that
+    /// went away): their samples were served uncached. See
+    /// [`DiskCache::last_write_error`](crate::DiskCache::last_write_error).
+    pub failed_writes: u64,
     /// Segments removed to stay under the size limit.
     pub evictions: u64,
     /// Bytes held by the RAM cache now.
@@ -57,6 +61,7 @@ pub(crate) struct Counters {
     pub(crate) corrupt_segments: AtomicU64,
     pub(crate) bytes_read: AtomicU64,
     pub(crate) bytes_written: AtomicU64,
+    pub(crate) failed_writes: AtomicU64,
     pub(crate) evictions: AtomicU64,
 }
 
@@ -74,6 +79,7 @@ impl Counters {
             corrupt_segments: load(&self.corrupt_segments),
             bytes_read: load(&self.bytes_read),
             bytes_written: load(&self.bytes_written),
+            failed_writes: load(&self.failed_writes),
             evictions: load(&self.evictions),
             ram_bytes: 0,
             disk_bytes: 0,
