@@ -286,6 +286,18 @@ impl BackendTask for Quickstart {
             stats.corrupt_segments,
             stats.bytes_read as f64 / 1e6
         );
+        if stats.failed_writes > 0 {
+            println!(
+                "warning   {} cache segments could not be written and were served uncached; last \
+                 error: {}",
+                stats.failed_writes,
+                train_loader
+                    .source()
+                    .disk()
+                    .last_write_error()
+                    .unwrap_or_default()
+            );
+        }
         Ok(figures)
     }
 }
