@@ -45,8 +45,9 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 ///   reader) or make the reader's next access fault (`SIGBUS`). Deleting or replacing files by
 ///   rename is safe.
 /// - **Size limit**: with [`with_limit_bytes`](Self::with_limit_bytes), the least recently used
-///   segments (as seen by this process; by modification time across runs) are removed after a
-///   write that exceeds the limit. The segment just written is always kept.
+///   segments are removed after a write that exceeds the limit. Recency is what this process
+///   saw, and across runs the modification time, which a hit sets to now when there is a
+///   limit. The segment just written is always kept.
 #[derive(Debug)]
 pub struct DiskCache {
     dir: PathBuf,
@@ -237,6 +238,12 @@ impl DiskCache {
                 if index.segments.get(&key.digest()).is_none() {
                     // Written by another process since we opened the directory.
                     index.insert(key.digest(), len);
+                }
+                drop(index);
+                if self.limit_bytes.is_some() {
+                    // The next run orders segments by modification time: make it the last use.
+                    // Best effort (the file may be gone, or not ours to touch).
+                    let _ = file.set_modified(SystemTime::now());
                 }
                 Ok(Some(segment))
             }
@@ -522,6 +529,25 @@ mod tests {
         assert_eq!(reports.len(), 1);
         assert_eq!(reports[0].block, 2);
         assert_eq!(cache.stats().corrupt_segments, 1);
+    }
+
+    #[test]
+    fn hits_under_a_size_limit_mark_the_segment_recently_used_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let long_ago = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        for limit in [None, Some(1 << 20)] {
+            let mut cache = DiskCache::open(dir.path()).unwrap();
+            if let Some(limit) = limit {
+                cache = cache.with_limit_bytes(limit);
+            }
+            cache.put(&key(0), &segment(key(0), b"x")).unwrap();
+            let path = cache.segment_path(&key(0));
+            let file = File::options().write(true).open(&path).unwrap();
+            file.set_modified(long_ago).unwrap();
+            assert!(cache.get(&key(0)).unwrap().is_some());
+            let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+            assert_eq!(modified > long_ago, limit.is_some(), "limit {limit:?}");
+        }
     }
 
     #[test]
