@@ -13,7 +13,7 @@ use kiln::sampler::BlockShuffleSampler;
 
 use crate::dataset::Row;
 use crate::graph::{BuildGraph, digest_collate};
-use crate::timing::{median, run_epoch};
+use crate::timing::{EpochTime, median, run_epoch};
 
 /// The cache figures.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +24,10 @@ pub struct Caching {
     pub cold_preprocess_rows_per_s: f64,
     /// Cache-hit epochs of the same plan (median).
     pub cached_rows_per_s: f64,
+    /// Time to the first batch of the cold epoch.
+    pub cold_first_batch_seconds: f64,
+    /// Time to the first batch of the cache-hit epochs (median).
+    pub cached_first_batch_seconds: f64,
     /// Whether every cache-hit epoch delivered exactly the bytes of the cold one.
     pub warm_equals_cold: bool,
     /// Misses of the cold epoch.
@@ -88,22 +92,23 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
     ));
     let loader = Loader::with_shared_source(Arc::clone(&cached), digest_collate(), config)?;
     let plan = shuffle.plan(cached.as_ref(), &PlanRequest::new(seed, 0))?;
-    let digest_epoch = |message: &'static str| -> Result<(f64, Fingerprint, usize)> {
+    let digest_epoch = |message: &'static str| -> Result<(EpochTime, Fingerprint, usize)> {
         let (mut digest, mut samples) = (Fingerprint::builder(), 0);
-        let seconds = run_epoch(&loader, plan.clone(), message, |(count, batch)| {
+        let time = run_epoch(&loader, plan.clone(), message, |(count, batch)| {
             samples += count;
             digest = std::mem::take(&mut digest).fingerprint(batch);
         })?;
-        Ok((seconds, digest.finish(), samples))
+        Ok((time, digest.finish(), samples))
     };
-    let (cold_seconds, cold_digest, cold_samples) = digest_epoch("cold preprocessing epoch")?;
+    let (cold, cold_digest, cold_samples) = digest_epoch("cold preprocessing epoch")?;
     let cold_misses = cached.stats().misses;
-    let mut seconds = Vec::new();
+    let (mut seconds, mut first_batch_seconds) = (Vec::new(), Vec::new());
     let mut warm_equals_cold = true;
     for _ in 0..repeats.max(1) {
-        let (epoch_seconds, digest, samples) = digest_epoch("cache-hit epoch")?;
+        let (time, digest, samples) = digest_epoch("cache-hit epoch")?;
         warm_equals_cold &= digest == cold_digest && samples == cold_samples;
-        seconds.push(epoch_seconds);
+        seconds.push(time.seconds);
+        first_batch_seconds.push(time.first_batch_seconds);
     }
     let disk_hits = cached.stats().disk_hits;
     let PageCacheComparison {
@@ -114,8 +119,10 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
     } = page_cache_comparison(&cached, repeats)?;
     Ok(Caching {
         graph_microseconds_per_sample,
-        cold_preprocess_rows_per_s: rows / cold_seconds,
+        cold_preprocess_rows_per_s: rows / cold.seconds,
         cached_rows_per_s: rows / median(seconds),
+        cold_first_batch_seconds: cold.first_batch_seconds,
+        cached_first_batch_seconds: median(first_batch_seconds),
         warm_equals_cold,
         cold_misses,
         disk_hits,

@@ -23,13 +23,22 @@ pub fn progress(len: u64, message: &'static str) -> ProgressBar {
     bar
 }
 
-/// Runs one epoch of `plan`, passing every batch to `consume`; returns the seconds taken.
+/// How long an epoch took.
+#[derive(Debug, Clone, Copy)]
+pub struct EpochTime {
+    /// From the start to the last batch.
+    pub seconds: f64,
+    /// From the start to the first batch: what the consumer waits before it can begin.
+    pub first_batch_seconds: f64,
+}
+
+/// Runs one epoch of `plan`, passing every batch to `consume`.
 pub fn run_epoch<S, C>(
     loader: &Loader<S, C>,
     plan: Plan,
     message: &'static str,
     mut consume: impl FnMut(C::Output),
-) -> Result<f64>
+) -> Result<EpochTime>
 where
     S: BlockSource + BlockLayout + 'static,
     S::Item: Clone + 'static,
@@ -39,13 +48,18 @@ where
     let batches = plan.len().div_ceil(plan.batch_size() as usize) as u64;
     let bar = progress(batches, message);
     let started = Instant::now();
+    let mut first_batch_seconds = None;
     for batch in loader.epoch(plan)? {
+        first_batch_seconds.get_or_insert_with(|| started.elapsed().as_secs_f64());
         consume(batch?);
         bar.inc(1);
     }
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    Ok(seconds)
+    Ok(EpochTime {
+        seconds,
+        first_batch_seconds: first_batch_seconds.unwrap_or(seconds),
+    })
 }
 
 /// Epochs per chain of back-to-back epochs.

@@ -9,7 +9,7 @@ use crossbeam_channel::{Receiver, Sender, select, unbounded};
 use kiln_core::{Block, BlockFinder, BlockIndex, BlockLayout, BlockSource, Plan};
 
 use super::collate::Collate;
-use super::pool::Message;
+use super::pool::Jobs;
 use super::schedule::EpochSchedule;
 use crate::{BoxError, Error, Result};
 
@@ -23,7 +23,7 @@ type BlockResult<I> = (BlockIndex, Result<Vec<Option<I>>>);
 pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
     pub(crate) source: Arc<S>,
     pub(crate) collate: Arc<C>,
-    pub(crate) jobs: Sender<Message>,
+    pub(crate) jobs: Jobs,
     pub(crate) plan: Arc<Plan>,
     pub(crate) schedule: EpochSchedule,
     /// Per position: move (true) or clone (false) the sample; `None` means always move.
@@ -200,7 +200,7 @@ where
             };
             let _ = results.send((block, result));
         });
-        let _ = self.jobs.send(Message::Run(job));
+        self.jobs.queue(job);
     }
 
     fn receive_block(
@@ -253,7 +253,13 @@ where
                 return;
             }
             match self.take_samples(progress, range.clone()) {
-                Ok(samples) => self.submit_collate(progress.assembled, samples),
+                Ok(samples) => {
+                    // The consumer has taken every earlier batch: it is (or soon will be)
+                    // waiting for this one, so it goes ahead of queued reads. Later batches
+                    // queue behind the reads dispatched before them.
+                    let urgent = progress.assembled == progress.consumed;
+                    self.submit_collate(progress.assembled, samples, urgent);
+                }
                 Err(error) => {
                     progress.failure = Some((progress.assembled, error));
                     return;
@@ -353,7 +359,7 @@ where
         Ok(samples)
     }
 
-    fn submit_collate(&self, batch: u64, samples: Vec<S::Item>) {
+    fn submit_collate(&self, batch: u64, samples: Vec<S::Item>, urgent: bool) {
         let collate = Arc::clone(&self.collate);
         let output = self.output.clone();
         let cancel = Arc::clone(&self.cancel);
@@ -366,6 +372,10 @@ where
                 .map_err(|payload| Error::panicked(format!("collating batch {label}"), payload));
             let _ = output.send((batch, result));
         });
-        let _ = self.jobs.send(Message::Run(job));
+        if urgent {
+            self.jobs.urgent(job);
+        } else {
+            self.jobs.queue(job);
+        }
     }
 }

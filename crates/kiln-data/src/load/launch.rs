@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crossbeam_channel::{Sender, unbounded};
+use crossbeam_channel::unbounded;
 use kiln_core::{BlockLayout, BlockSource, Observer, Plan};
 
 use super::collate::Collate;
 use super::config::LoaderConfig;
 use super::coordinator::Coordinator;
 use super::epoch::EpochParts;
-use super::pool::Message;
+use super::pool::Jobs;
 use super::schedule::{EpochSchedule, last_occurrences};
 use crate::{Error, Result};
 
@@ -19,7 +19,7 @@ use crate::{Error, Result};
 pub(crate) struct Launcher<S, C> {
     pub(crate) source: Arc<S>,
     pub(crate) collate: Arc<C>,
-    pub(crate) jobs: Sender<Message>,
+    pub(crate) jobs: Jobs,
     pub(crate) config: LoaderConfig,
     pub(crate) observers: Arc<Vec<Arc<dyn Observer>>>,
 }

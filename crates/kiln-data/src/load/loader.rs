@@ -78,7 +78,7 @@ where
         let launcher = Launcher {
             source,
             collate: Arc::new(collate),
-            jobs: pool.sender(),
+            jobs: pool.jobs(),
             config,
             observers: Arc::new(Vec::new()),
         };

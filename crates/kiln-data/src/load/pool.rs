@@ -1,4 +1,4 @@
-//! The loader's persistent worker threads.
+//! The loader's persistent worker threads: a FIFO queue, and urgent jobs first.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::thread::JoinHandle;
@@ -11,31 +11,60 @@ use crate::{Error, Result};
 /// report them as errors; the pool only guards itself against bugs.
 pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
-pub(crate) enum Message {
+enum Message {
     Run(Job),
+    /// An urgent job was submitted: a worker idle in `recv` goes and takes it.
+    Wake,
     Stop,
 }
 
-/// Threads that live as long as the loader and run jobs in FIFO order.
+/// Where jobs are submitted: a FIFO queue, and an urgent one that workers serve first. Up to
+/// `read_ahead_blocks` reads may be queued; the collation of a batch the consumer is waiting
+/// for should not wait behind them.
+#[derive(Clone, Debug)]
+pub(crate) struct Jobs {
+    queue: Sender<Message>,
+    urgent: Sender<Job>,
+}
+
+impl Jobs {
+    /// Queues a job behind those queued before it.
+    pub(crate) fn queue(&self, job: Job) {
+        let _ = self.queue.send(Message::Run(job));
+    }
+
+    /// Queues a job ahead of every job in the FIFO queue.
+    pub(crate) fn urgent(&self, job: Job) {
+        let _ = self.urgent.send(job);
+        // Busy workers look at the urgent queue before their next job; this wakes an idle one.
+        let _ = self.queue.send(Message::Wake);
+    }
+}
+
+/// Threads that live as long as the loader and run jobs, urgent ones first.
 #[derive(Debug)]
 pub(crate) struct WorkerPool {
-    jobs: Sender<Message>,
+    queue: Sender<Message>,
+    urgent: Sender<Job>,
     handles: Vec<JoinHandle<()>>,
 }
 
 impl WorkerPool {
     pub(crate) fn new(workers: usize) -> Result<Self> {
-        let (jobs, queue) = unbounded::<Message>();
+        let (queue, queued) = unbounded::<Message>();
+        let (urgent, urgent_queued) = unbounded::<Job>();
         let mut pool = Self {
-            jobs,
+            queue,
+            urgent,
             handles: Vec::with_capacity(workers),
         };
         for index in 0..workers {
-            let queue: Receiver<Message> = queue.clone();
+            let queued = queued.clone();
+            let urgent_queued = urgent_queued.clone();
             let what = format!("kiln-data loader worker {index}");
             let handle = std::thread::Builder::new()
                 .name(what.clone())
-                .spawn(move || work(&queue))
+                .spawn(move || work(&urgent_queued, &queued))
                 .map_err(|source| Error::Thread { what, source })?;
             pool.handles.push(handle);
         }
@@ -43,24 +72,47 @@ impl WorkerPool {
     }
 
     /// A handle for submitting jobs.
-    pub(crate) fn sender(&self) -> Sender<Message> {
-        self.jobs.clone()
+    pub(crate) fn jobs(&self) -> Jobs {
+        Jobs {
+            queue: self.queue.clone(),
+            urgent: self.urgent.clone(),
+        }
     }
 }
 
-fn work(queue: &Receiver<Message>) {
-    while let Ok(Message::Run(job)) = queue.recv() {
-        // A job that panics past its own guard must not take the worker with it.
-        let _ = catch_unwind(AssertUnwindSafe(job));
+/// Runs urgent jobs first, then queued ones. Waiting happens on the FIFO queue alone (a plain
+/// `recv`): selecting over both queues for every job cost about 10% of the loader's throughput
+/// on 2 cores, where an epoch is tens of thousands of short jobs.
+fn work(urgent: &Receiver<Job>, queue: &Receiver<Message>) {
+    loop {
+        if let Ok(job) = urgent.try_recv() {
+            run(job);
+            continue;
+        }
+        match queue.recv() {
+            Ok(Message::Run(job)) => run(job),
+            Ok(Message::Wake) => {}
+            Ok(Message::Stop) | Err(_) => {
+                // Urgent jobs submitted meanwhile still run, as queued ones did.
+                urgent.try_iter().for_each(run);
+                return;
+            }
+        }
     }
+}
+
+fn run(job: Job) {
+    // A job that panics past its own guard must not take the worker with it.
+    let _ = catch_unwind(AssertUnwindSafe(job));
 }
 
 impl Drop for WorkerPool {
     fn drop(&mut self) {
-        // One stop message per worker, behind any queued jobs; explicit messages (rather than a
-        // disconnected channel) so a forgotten epoch holding a sender cannot keep threads alive.
+        // One stop message per worker, behind any queued jobs (urgent ones go first anyway);
+        // explicit messages (rather than disconnected channels) so a forgotten epoch holding a
+        // sender cannot keep threads alive.
         for _ in &self.handles {
-            let _ = self.jobs.send(Message::Stop);
+            let _ = self.queue.send(Message::Stop);
         }
         for handle in self.handles.drain(..) {
             let _ = handle.join();
@@ -70,8 +122,8 @@ impl Drop for WorkerPool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
     use super::*;
 
@@ -81,7 +133,7 @@ mod tests {
         {
             let pool = WorkerPool::new(3).unwrap();
             assert_eq!(pool.handles.len(), 3);
-            let jobs = pool.sender();
+            let jobs = pool.jobs();
             for index in 0..20 {
                 let done = Arc::clone(&done);
                 let job: Job = Box::new(move || {
@@ -90,10 +142,40 @@ mod tests {
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                 });
-                jobs.send(Message::Run(job)).unwrap();
+                if index % 2 == 0 {
+                    jobs.queue(job);
+                } else {
+                    jobs.urgent(job);
+                }
             }
-            // Dropping the pool drains the queue, then joins.
+            // Dropping the pool drains both queues, then joins.
         }
         assert_eq!(done.load(Ordering::Relaxed), 19);
+    }
+
+    #[test]
+    fn urgent_jobs_run_before_queued_ones() {
+        let pool = WorkerPool::new(1).unwrap();
+        let jobs = pool.jobs();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        // Keep the only worker busy while the queues fill.
+        let (release, wait) = crossbeam_channel::bounded::<()>(0);
+        jobs.queue(Box::new(move || {
+            let _ = wait.recv();
+        }));
+        let record = |label: &'static str| -> Job {
+            let order = Arc::clone(&order);
+            Box::new(move || order.lock().unwrap().push(label))
+        };
+        for _ in 0..3 {
+            jobs.queue(record("queued"));
+        }
+        jobs.urgent(record("urgent"));
+        release.send(()).unwrap();
+        drop(pool);
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["urgent", "queued", "queued", "queued"]
+        );
     }
 }
