@@ -13,8 +13,8 @@ pub type BlockIndex = u32;
 /// Index of a file in its layout's file list.
 pub type FileId = u32;
 
-/// One block: a contiguous run of samples that is read with one sequential read (a Parquet row
-/// group, a cache segment).
+/// One block: a contiguous run of samples that is read as a whole, with sequential reads (a
+/// Parquet row group, a cache segment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Block {
     /// The file the block belongs to.

@@ -1,4 +1,4 @@
-//! The `BlockSource` seam: read one block's samples in one sequential read.
+//! The `BlockSource` seam: read one block's samples at once, with sequential reads.
 
 use std::sync::Arc;
 
@@ -6,8 +6,8 @@ use crate::BlockIndex;
 
 /// Reads whole blocks of samples.
 ///
-/// Implementations read a block with one sequential read (a Parquet row group, a cache
-/// segment) and return its samples in row order. They are shared between loader worker
+/// Implementations read a block as a whole, with sequential reads (a Parquet row group's column
+/// chunks, a cache segment), and return its samples in row order. They are shared between loader worker
 /// threads, hence `Send + Sync`. Wrappers such as a cache implement the same trait around an
 /// inner source.
 ///

@@ -120,6 +120,12 @@ fn a_failed_write_serves_the_samples_uncached() {
         (stats.misses, stats.failed_writes, stats.bytes_written),
         (1, 1, 0)
     );
+    // Nothing was kept: the next read computes the block again.
+    let computed = calls.load(Ordering::SeqCst);
+    assert!(computed > 0);
+    assert_eq!(cached.read_block(0).unwrap(), expected(&block, 1));
+    assert_eq!(calls.load(Ordering::SeqCst), 2 * computed);
+    assert_eq!(cached.stats().failed_writes, 2);
     let error = cached.disk().last_write_error().unwrap();
     assert!(error.contains("cache"), "the error names the path: {error}");
     // Building the cache on purpose does fail.

@@ -197,10 +197,10 @@ fn dropout_masks_resume_exactly_under_reseed_every_step() {
     let mut losses = losses_and_params(&mut first, &data);
     first.save_checkpoint(&path).unwrap();
     drop(first);
-    // Draws between the runs must not matter: the next step reseeds.
-    let _ = Tensor::<B, 1>::random([64], burn::tensor::Distribution::Default, &device);
     let mut second = trainer(config(7));
     let position = second.load_checkpoint(&path).unwrap();
+    // Draws between loading and training must not matter: the next step reseeds.
+    let _ = Tensor::<B, 1>::random([64], burn::tensor::Distribution::Default, &device);
     assert_eq!(
         position,
         Position {
@@ -211,4 +211,22 @@ fn dropout_masks_resume_exactly_under_reseed_every_step() {
     losses.extend(losses_and_params(&mut second, &data));
     assert_eq!(losses, whole_losses);
     assert_eq!(params(second.model()), params(whole.model()));
+
+    // Without reseeding, the resumed steps draw other masks: what the option is for.
+    let plain = |max_steps| {
+        config(7)
+            .with_reseed_every_step(false)
+            .with_max_steps(max_steps)
+    };
+    let mut whole = trainer(plain(None));
+    let whole_losses = losses_and_params(&mut whole, &data);
+    let mut first = trainer(plain(Some(4)));
+    let mut losses = losses_and_params(&mut first, &data);
+    first.save_checkpoint(&path).unwrap();
+    drop(first);
+    let mut second = trainer(plain(None));
+    second.load_checkpoint(&path).unwrap();
+    losses.extend(losses_and_params(&mut second, &data));
+    assert_eq!(losses[..4], whole_losses[..4], "identical up to the cut");
+    assert_ne!(losses[4..], whole_losses[4..], "other masks after it");
 }

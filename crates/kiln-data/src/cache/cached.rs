@@ -21,8 +21,8 @@ use crate::{Error, Result};
 /// names the sample type but cannot see its fields: when you change the output type's fields,
 /// bump the transform's version too. A segment that fails verification is reported, removed and
 /// rebuilt, never served. A segment that cannot be written while serving a read (a full disk, a
-/// directory that went away) does not stop the read: its samples are served uncached, and the
-/// failure is counted ([`CacheStats::failed_writes`](crate::CacheStats::failed_writes)) with
+/// directory that went away) does not stop the read: its samples are served without being
+/// written to disk (the RAM tier, if any, keeps them), and the failure is counted ([`CacheStats::failed_writes`](crate::CacheStats::failed_writes)) with
 /// its error kept ([`DiskCache::last_write_error`]). [`warm`](Self::warm) does fail on it.
 ///
 /// `Cached` is itself a [`BlockLayout`] and a [`BlockSource`], so it stacks under a loader or

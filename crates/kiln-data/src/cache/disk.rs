@@ -29,8 +29,10 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 ///
 /// - **Atomic writes**: a segment is written to a hidden temporary file in the same directory
 ///   and renamed into place, so a crash leaves either the whole segment or none. Temporary files
-///   older than an hour are removed when the cache is opened, and so are segments of another
-///   format version (their names say it), which this build can never read.
+///   older than an hour are removed when the cache is opened, and so are segments of older
+///   format versions (their names say it), which this build can never read. Segments of newer
+///   versions are left alone and not counted: builds of two kiln versions may share a
+///   directory without sharing segments.
 /// - **Verified reads**: every byte of a segment is verified before use (header, index and
 ///   payload checksums, and the layout of the records); a corrupt segment is removed, reported
 ///   with its damaged records ([`corrupt_segments`](Self::corrupt_segments)) and never served.
@@ -46,8 +48,8 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 ///   rename is safe.
 /// - **Size limit**: with [`with_limit_bytes`](Self::with_limit_bytes), the least recently used
 ///   segments are removed after a write that exceeds the limit. Recency is what this process
-///   saw, and across runs the modification time, which a hit sets to now when there is a
-///   limit. The segment just written is always kept.
+///   saw, and across runs the modification time, which a disk hit sets to now (best effort)
+///   when there is a limit. The segment just written is always kept.
 #[derive(Debug)]
 pub struct DiskCache {
     dir: PathBuf,
@@ -108,11 +110,13 @@ impl DiskCache {
             } else {
                 match SegmentName::parse(&name) {
                     SegmentName::Current(digest) => found.push((modified, digest, metadata.len())),
-                    // Written by another kiln version: this build can never read it.
-                    SegmentName::OtherVersion => {
+                    // Written by an older kiln: no build that reads this directory any more
+                    // will read it. Newer versions' segments are left to the builds that wrote
+                    // them (two versions may share a directory).
+                    SegmentName::OlderVersion => {
                         let _ = std::fs::remove_file(entry.path());
                     }
-                    SegmentName::Foreign => {}
+                    SegmentName::NewerVersion | SegmentName::Foreign => {}
                 }
             }
         }
@@ -446,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn opening_removes_segments_of_other_format_versions() {
+    fn opening_removes_segments_of_older_format_versions_only() {
         let dir = tempfile::tempdir().unwrap();
         let digest = key(0).digest();
         let old = dir.path().join(format!("{digest}.seg"));
@@ -460,7 +464,11 @@ mod tests {
         let cache = DiskCache::open(dir.path()).unwrap();
         cache.put(&key(0), &segment(key(0), b"x")).unwrap();
         let reopened = DiskCache::open(dir.path()).unwrap();
-        assert!(!old.exists() && !newer.exists());
+        assert!(!old.exists());
+        assert!(
+            newer.exists(),
+            "a newer kiln sharing the directory keeps its segments"
+        );
         assert!(
             unrelated.exists(),
             "files that are not segments are left alone"

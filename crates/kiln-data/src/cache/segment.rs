@@ -86,8 +86,10 @@ pub(crate) fn file_name(digest: Fingerprint) -> String {
 pub(crate) enum SegmentName {
     /// A segment of this format version.
     Current(Fingerprint),
-    /// A segment of another format version (version 1 names carry no version).
-    OtherVersion,
+    /// A segment of an older format version (version 1 names carry no version).
+    OlderVersion,
+    /// A segment of a newer format version, written by a newer kiln.
+    NewerVersion,
     /// Not a segment's name.
     Foreign,
 }
@@ -103,7 +105,8 @@ impl SegmentName {
         };
         match (digest.parse::<Fingerprint>(), version) {
             (Ok(digest), Some(FORMAT_VERSION)) => Self::Current(digest),
-            (Ok(_), Some(_)) => Self::OtherVersion,
+            (Ok(_), Some(version)) if version < FORMAT_VERSION => Self::OlderVersion,
+            (Ok(_), Some(_)) => Self::NewerVersion,
             _ => Self::Foreign,
         }
     }
@@ -707,11 +710,15 @@ mod tests {
         assert_eq!(SegmentName::parse(&name), SegmentName::Current(digest));
         assert_eq!(
             SegmentName::parse(&format!("{digest}.seg")),
-            SegmentName::OtherVersion
+            SegmentName::OlderVersion
+        );
+        assert_eq!(
+            SegmentName::parse(&format!("{digest}.v1.seg")),
+            SegmentName::OlderVersion
         );
         assert_eq!(
             SegmentName::parse(&format!("{digest}.v3.seg")),
-            SegmentName::OtherVersion
+            SegmentName::NewerVersion
         );
         for foreign in ["notes.seg", "x.v2.seg", &format!("{digest}.v2.tmp"), ".seg"] {
             assert_eq!(

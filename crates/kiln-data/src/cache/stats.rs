@@ -6,7 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use kiln_core::BlockIndex;
 
 /// A snapshot of a cache's counters since it was opened.
+///
+/// Non-exhaustive so counters can be added; fields missing from serialized stats read as zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
 pub struct CacheStats {
     /// Blocks served from the RAM cache.
     pub ram_hits: u64,
@@ -21,7 +25,7 @@ pub struct CacheStats {
     /// Segment bytes written to disk.
     pub bytes_written: u64,
     /// Segments that could not be written while serving reads (a full disk, a directory that
-    /// went away): their samples were served uncached. See
+    /// went away): their samples were served without being written to disk. See
     /// [`DiskCache::last_write_error`](crate::DiskCache::last_write_error).
     pub failed_writes: u64,
     /// Segments removed to stay under the size limit.
@@ -101,5 +105,11 @@ mod tests {
             ..CacheStats::default()
         };
         assert_eq!(stats.hit_rate(), Some(0.75));
+    }
+
+    #[test]
+    fn counters_missing_from_older_stats_read_as_zero() {
+        let stats: CacheStats = serde_json::from_str(r#"{"disk_hits": 3}"#).unwrap();
+        assert_eq!((stats.disk_hits, stats.failed_writes), (3, 0));
     }
 }

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use kiln_core::{Event, Observer, Plan, Position};
 
 use super::coordinator::Delivery;
-use super::launch::Launch;
+use super::launch::{Launch, Start};
 use super::schedule::EpochSchedule;
 use crate::{Error, Result};
 
@@ -33,6 +33,8 @@ pub struct Epoch<'loader, O> {
     output: Receiver<Delivery<O>>,
     credits: Option<Sender<u64>>,
     credit_every: u64,
+    /// The last delivered count sent as a credit.
+    last_credit: u64,
     cancel: Arc<AtomicBool>,
     coordinator: Option<JoinHandle<()>>,
     observers: Arc<Vec<Arc<dyn Observer>>>,
@@ -80,6 +82,7 @@ impl<'loader, O> Epoch<'loader, O> {
             output: parts.output,
             credits: Some(parts.credits),
             credit_every: parts.credit_every.max(1),
+            last_credit: 0,
             cancel: parts.cancel,
             coordinator: parts.coordinator,
             observers: parts.observers,
@@ -107,7 +110,11 @@ impl<'loader, O> Epoch<'loader, O> {
     pub fn into_next(mut self) -> Option<Result<Epoch<'loader, O>>> {
         match std::mem::replace(&mut self.next, Next::Nothing) {
             Next::Nothing => None,
-            Next::Planned(plan) => Some(Arc::clone(&self.launcher).launch(plan).map(Epoch::new)),
+            Next::Planned(plan) => Some(
+                Arc::clone(&self.launcher)
+                    .launch(plan, Start::Awaited)
+                    .map(Epoch::new),
+            ),
             Next::Started(next) => Some(Ok(*next)),
             Next::Failed(error) => Some(Err(error)),
         }
@@ -119,7 +126,7 @@ impl<'loader, O> Epoch<'loader, O> {
             return;
         }
         if let Next::Planned(plan) = std::mem::replace(&mut self.next, Next::Nothing) {
-            self.next = match Arc::clone(&self.launcher).launch(plan) {
+            self.next = match Arc::clone(&self.launcher).launch(plan, Start::InBackground) {
                 Ok(parts) => Next::Started(Box::new(Epoch::new(parts))),
                 Err(error) => Next::Failed(error),
             };
@@ -155,6 +162,16 @@ impl<'loader, O> Epoch<'loader, O> {
                 epoch: self.plan.epoch(),
                 consumed: self.plan.already_consumed() + self.delivered_samples,
             })
+    }
+
+    /// Tells the coordinator how many batches were taken, unless it already knows.
+    fn send_credit(&mut self) {
+        if let Some(credits) = &self.credits
+            && self.last_credit != self.delivered_batches
+        {
+            let _ = credits.send(self.delivered_batches);
+            self.last_credit = self.delivered_batches;
+        }
     }
 
     fn has_failed(&self) -> bool {
@@ -214,10 +231,8 @@ impl<O> Iterator for Epoch<'_, O> {
         self.finished = self.delivered_batches == self.schedule.batches;
         // Telling the coordinator every few batches rather than every batch halves its
         // wake-ups or better; it stays within the prefetch depth either way.
-        if let Some(credits) = &self.credits
-            && (self.delivered_batches.is_multiple_of(self.credit_every) || self.finished)
-        {
-            let _ = credits.send(self.delivered_batches);
+        if self.delivered_batches.is_multiple_of(self.credit_every) || self.finished {
+            self.send_credit();
         }
         for observer in self.observers.iter() {
             observer.on_event(&event);

@@ -36,10 +36,20 @@ impl<S, C> Clone for Launcher<S, C> {
     }
 }
 
+/// Whether the consumer waits for an epoch's first batch from the moment it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Started to be consumed now.
+    Awaited,
+    /// Started early by [`Epoch::prefetch_next`](crate::Epoch::prefetch_next) while the
+    /// previous epoch is still consumed: none of its batches is awaited until its first credit.
+    InBackground,
+}
+
 /// Starts epochs whose batches are `O`, whatever the source and collation behind them.
 pub(crate) trait Launch<O>: Send + Sync {
     /// Checks the plan against the source and starts its coordinator.
-    fn launch(self: Arc<Self>, plan: Plan) -> Result<EpochParts<O>>;
+    fn launch(self: Arc<Self>, plan: Plan, start: Start) -> Result<EpochParts<O>>;
 }
 
 impl<S, C> Launch<C::Output> for Launcher<S, C>
@@ -49,7 +59,7 @@ where
     C: Collate<S::Item> + 'static,
     C::Output: 'static,
 {
-    fn launch(self: Arc<Self>, plan: Plan) -> Result<EpochParts<C::Output>> {
+    fn launch(self: Arc<Self>, plan: Plan, start: Start) -> Result<EpochParts<C::Output>> {
         let last_occurrence = last_occurrences(plan.order(), self.source.as_ref())?;
         let blocks = self.source.num_blocks();
         if let Some(used) = plan
@@ -84,6 +94,7 @@ where
                 prefetch_batches: self.config.prefetch_batches as u64,
                 read_ahead_blocks: self.config.read_ahead_blocks,
                 first_batch: plan.already_consumed() / plan.batch_size(),
+                start,
                 cancel: Arc::clone(&cancel),
                 reads_dispatched: Arc::clone(&reads_dispatched),
                 credits: credits_rx,

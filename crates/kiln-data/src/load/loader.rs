@@ -7,7 +7,7 @@ use kiln_core::{BlockLayout, BlockSource, Observer, Plan, PlanRequest, Position,
 use super::collate::Collate;
 use super::config::LoaderConfig;
 use super::epoch::Epoch;
-use super::launch::{Launch, Launcher};
+use super::launch::{Launch, Launcher, Start};
 use super::pool::WorkerPool;
 use super::schedule::{EpochSchedule, MemoryBound};
 use crate::Result;
@@ -116,7 +116,7 @@ where
     /// Fails when the plan names samples the source does not have.
     pub fn epoch(&self, plan: Plan) -> Result<Epoch<'_, C::Output>> {
         let launcher: Arc<dyn Launch<C::Output>> = self.launcher.clone();
-        Ok(Epoch::new(launcher.launch(plan)?))
+        Ok(Epoch::new(launcher.launch(plan, Start::Awaited)?))
     }
 
     /// Plans an epoch over the source with `sampler` and starts delivering it.

@@ -18,9 +18,9 @@ enum Message {
     Stop,
 }
 
-/// Where jobs are submitted: a FIFO queue, and an urgent one that workers serve first. Up to
-/// `read_ahead_blocks` reads may be queued; the collation of a batch the consumer is waiting
-/// for should not wait behind them.
+/// Where jobs are submitted: a FIFO queue, and an urgent one that workers serve first. The
+/// reads for every prefetched batch and `read_ahead_blocks` more may be queued; the collation
+/// of a batch the consumer waits for should not wait behind them.
 #[derive(Clone, Debug)]
 pub(crate) struct Jobs {
     queue: Sender<Message>,
@@ -151,6 +151,23 @@ mod tests {
             // Dropping the pool drains both queues, then joins.
         }
         assert_eq!(done.load(Ordering::Relaxed), 19);
+    }
+
+    #[test]
+    fn an_urgent_job_wakes_an_idle_worker() {
+        let pool = WorkerPool::new(1).unwrap();
+        // Let the worker go idle in `recv` first.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (done, finished) = crossbeam_channel::bounded(1);
+        pool.jobs().urgent(Box::new(move || {
+            let _ = done.send(());
+        }));
+        // Without the wake-up it would run only when the pool drops, after this times out.
+        let ran = finished.recv_timeout(std::time::Duration::from_secs(10));
+        assert!(
+            ran.is_ok(),
+            "the urgent job did not run while the pool was alive"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use bytes::{Buf, Bytes};
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
 
-/// Column chunks closer than this are read together, gap included: on a warm page cache a
+/// Column chunks at most this far apart are read together, gap included: on a warm page cache a
 /// 64 KiB copy costs about what a system call does, and on an SSD it is cheaper than another
 /// request. Farther apart, the unprojected columns in between are skipped.
 pub(crate) const COALESCE_GAP_BYTES: u64 = 64 << 10;

@@ -16,8 +16,9 @@ use crate::{ArrowRows, Error, Result, RowDecoder};
 /// A dataset of Parquet files read one whole row group at a time.
 ///
 /// Each row group is a block of the [`BlockLayout`]; every footer is read once when the source
-/// is built and kept, so a block read is one sequential read of the row group's projected
-/// column chunks followed by one decode, never a row at a time. Rows become items through a
+/// is built and kept, so a block read is a sequential read of the row group's projected column
+/// chunks (one per group of chunks at most 64 KiB apart) followed by one decode, never a row at
+/// a time. Rows become items through a
 /// [`RowDecoder`] (by default [`ArrowRows`], one-row Arrow batches); whole row groups are
 /// available as Arrow batches through [`read_record_batch`](Self::read_record_batch).
 ///
