@@ -159,6 +159,17 @@ where
             });
         }
         let started = self.observers.start(Phase::Optimizer, step);
+        let result = self.apply_window(step);
+        // Closed on every path, failures included, so observers never see the phase left open.
+        let ended = self.observers.end::<B>(started, &self.device);
+        let report = result?;
+        ended?;
+        self.observers.emit(&Event::Step(report));
+        Ok(report)
+    }
+
+    /// The body of [`optimizer_step`](Self::optimizer_step), inside its Optimizer phase.
+    fn apply_window(&mut self, step: u64) -> Result<StepReport> {
         let window = std::mem::take(&mut self.window);
         let divisor = match self.config.loss_normalization {
             LossNormalization::MicroBatches => f64::from(window.micro_batches),
@@ -238,8 +249,6 @@ where
             grad_norm,
             learning_rate: outcome.1,
         };
-        self.observers.end::<B>(started, &self.device)?;
-        self.observers.emit(&Event::Step(report));
         Ok(report)
     }
 }

@@ -32,6 +32,20 @@ impl<B: AutodiffBackend> TrainStep<B> for Unreduced<B> {
     }
 }
 
+/// Every `PhaseStart` the recorder saw has its `PhaseEnd`.
+fn assert_every_phase_closed(recorder: &kiln_testkit::RecordingObserver) {
+    let (mut opened, mut closed) = (0, 0);
+    for event in recorder.events() {
+        match event {
+            kiln_core::Event::PhaseStart { .. } => opened += 1,
+            kiln_core::Event::PhaseEnd { .. } => closed += 1,
+            _ => {}
+        }
+    }
+    assert!(opened > 0);
+    assert_eq!(opened, closed, "every PhaseStart has its PhaseEnd");
+}
+
 fn step_output_errors_name_the_step<B: AutodiffBackend>(device: B::Device) {
     let batch = common::batches::<B>(1, 4, 1, &device).remove(0);
     let mut unreduced = Trainer::new(
@@ -52,16 +66,7 @@ fn step_output_errors_name_the_step<B: AutodiffBackend>(device: B::Device) {
         "{error}"
     );
     // The failed step still closes every phase it opened.
-    let (mut opened, mut closed) = (0, 0);
-    for event in recorder.events() {
-        match event {
-            kiln_core::Event::PhaseStart { .. } => opened += 1,
-            kiln_core::Event::PhaseEnd { .. } => closed += 1,
-            _ => {}
-        }
-    }
-    assert!(opened > 0);
-    assert_eq!(opened, closed, "every PhaseStart has its PhaseEnd");
+    assert_every_phase_closed(&recorder);
 
     let mut items = Trainer::new(
         common::model::<B>(&device, 1),
@@ -76,6 +81,51 @@ fn step_output_errors_name_the_step<B: AutodiffBackend>(device: B::Device) {
         error.contains("with_items") && error.contains("optimizer step 1"),
         "{error}"
     );
+}
+
+/// A finite loss whose gradients are NaN: `sqrt(|f(x) - f(x)|)` is 0, its derivative is not.
+#[derive(Module, Debug)]
+struct NanGradients<B: Backend> {
+    inner: Mlp<B>,
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for NanGradients<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(&self, batch: Batch<B>, _autocast: &Autocast) -> StepOutput<B, ()> {
+        let outputs = self.inner.forward(batch.inputs);
+        let zero = (outputs.clone() - outputs).abs().sqrt().sum();
+        StepOutput::new(zero, ())
+    }
+
+    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
+        batch.inputs.dims()[0] as u64
+    }
+}
+
+/// Anomaly detection stops at non-finite gradients, naming the step, and the failed optimizer
+/// step still closes its phase.
+fn non_finite_gradients_close_the_optimizer_phase<B: AutodiffBackend>(device: B::Device) {
+    let batch = common::batches::<B>(1, 4, 1, &device).remove(0);
+    let mut trainer = Trainer::new(
+        NanGradients {
+            inner: common::model::<B>(&device, 1),
+        },
+        SgdConfig::new().init(),
+        0.1,
+        TrainerConfig::new().with_detect_anomalies(true),
+        device.clone(),
+    )
+    .unwrap();
+    let recorder = common::recorder();
+    trainer.add_observer(recorder.clone());
+    let error = trainer.train_batch(batch).unwrap_err();
+    assert!(
+        matches!(error, Error::NonFiniteGradients { step: 1, .. }),
+        "{error}"
+    );
+    assert_every_phase_closed(&recorder);
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +222,7 @@ impl kiln_core::Metric<Vec<f64>> for CountUpdates {
 
 crate::backend_tests!(
     step_output_errors_name_the_step,
+    non_finite_gradients_close_the_optimizer_phase,
     data_errors_name_epoch_and_batch,
     ci_preset_trains_a_handful,
 );
