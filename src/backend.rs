@@ -138,18 +138,18 @@ pub trait BackendTask {
 
 /// Picks the device for a preference; only [`DevicePreference::Cuda`] can fail.
 pub fn select(preference: DevicePreference) -> Result<Selection, String> {
-    match (preference, cuda_status()) {
-        (DevicePreference::Cpu, _) => Ok(Selection::Cpu {
-            reason: "requested".to_owned(),
-        }),
-        (_, CudaStatus::Available { .. }) => Ok(Selection::Cuda { index: 0 }),
-        (DevicePreference::Auto, CudaStatus::Unavailable { reason }) => {
-            Ok(Selection::Cpu { reason })
-        }
-        (DevicePreference::Cuda, CudaStatus::Unavailable { reason }) => {
-            Err(format!("CUDA was requested but cannot be used: {reason}"))
-        }
-    }
+    let reason = match preference {
+        // Answered without probing: the CPU needs no driver, and `cuInit` can take seconds.
+        DevicePreference::Cpu => "requested".to_owned(),
+        DevicePreference::Auto | DevicePreference::Cuda => match cuda_status() {
+            CudaStatus::Available { .. } => return Ok(Selection::Cuda { index: 0 }),
+            CudaStatus::Unavailable { reason } if preference == DevicePreference::Cuda => {
+                return Err(format!("CUDA was requested but cannot be used: {reason}"));
+            }
+            CudaStatus::Unavailable { reason } => reason,
+        },
+    };
+    Ok(Selection::Cpu { reason })
 }
 
 /// Checks for a usable CUDA driver and devices without touching Burn's CUDA runtime.
