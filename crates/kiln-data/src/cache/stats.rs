@@ -59,7 +59,6 @@ pub struct CorruptSegment {
 /// Lock-free counters behind [`CacheStats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) ram_hits: AtomicU64,
     pub(crate) disk_hits: AtomicU64,
     pub(crate) misses: AtomicU64,
     pub(crate) corrupt_segments: AtomicU64,
@@ -77,7 +76,7 @@ impl Counters {
     pub(crate) fn snapshot(&self) -> CacheStats {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         CacheStats {
-            ram_hits: load(&self.ram_hits),
+            ram_hits: 0, // counted by the RAM tier, see `Cached::stats`
             disk_hits: load(&self.disk_hits),
             misses: load(&self.misses),
             corrupt_segments: load(&self.corrupt_segments),

@@ -17,8 +17,9 @@ use crate::{BoxError, Error, Result};
 /// A batch (by index within the epoch) or the error that ends the epoch at that batch.
 pub(crate) type Delivery<O> = (u64, Result<O>);
 
-/// A block's samples as the coordinator stores them (taken out one by one), or why it failed.
-type BlockResult<I> = (BlockIndex, Result<Vec<Option<I>>>);
+/// A block's samples as the coordinator stores them (taken out one by one), or why it failed,
+/// tagged with its entry in the schedule's `uses`.
+type BlockResult<I> = (usize, Result<Vec<Option<I>>>);
 
 /// Everything the coordinator thread owns for one epoch.
 pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
@@ -31,8 +32,6 @@ pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
     pub(crate) last_occurrence: Option<Vec<bool>>,
     pub(crate) prefetch_batches: u64,
     pub(crate) read_ahead_blocks: usize,
-    /// Batch index of the epoch's first batch (non-zero after a resume), for messages.
-    pub(crate) first_batch: u64,
     /// Whether the consumer awaits the epoch from its start.
     pub(crate) start: Start,
     pub(crate) cancel: Arc<AtomicBool>,
@@ -94,10 +93,6 @@ where
     fn drive(&self, assembled_out: &mut u64) {
         let (results_tx, results) = unbounded::<BlockResult<S::Item>>();
         let blocks = self.source.num_blocks();
-        let mut index_of_use = vec![usize::MAX; blocks];
-        for (index, used) in self.schedule.uses.iter().enumerate() {
-            index_of_use[used.block as usize] = index;
-        }
         let mut progress = Progress {
             next_read: 0,
             arrived: vec![false; self.schedule.uses.len()],
@@ -132,8 +127,8 @@ where
             }
             select! {
                 recv(results) -> message => {
-                    if let Ok((block, result)) = message {
-                        self.receive_block(&mut progress, &index_of_use, block, result);
+                    if let Ok((index, result)) = message {
+                        self.receive_block(&mut progress, index, result);
                     }
                 }
                 recv(self.credits) -> credit => match credit {
@@ -159,6 +154,7 @@ where
     ) {
         let uses = &self.schedule.uses;
         let window_end = self.schedule.end_of_batches(batch_limit);
+        let in_window = self.schedule.uses_before(window_end);
         let failed_at = progress
             .failure
             .as_ref()
@@ -167,14 +163,14 @@ where
             if failed_at.is_some_and(|end| used.first_use >= end) {
                 break;
             }
-            if used.first_use >= window_end {
-                let in_window =
-                    uses[..progress.next_read].partition_point(|used| used.first_use < window_end);
-                if progress.next_read - in_window >= self.read_ahead_blocks {
-                    break;
-                }
+            // Uses are sorted by first use: past the window, `next_read - in_window` reads
+            // are already ahead of it.
+            if used.first_use >= window_end
+                && progress.next_read - in_window >= self.read_ahead_blocks
+            {
+                break;
             }
-            self.submit_read(used.block, results.clone());
+            self.submit_read(progress.next_read, used.block, results.clone());
             progress.next_read += 1;
         }
         if progress.next_read == uses.len() {
@@ -182,21 +178,27 @@ where
         }
     }
 
-    fn submit_read(&self, block: BlockIndex, results: Sender<BlockResult<S::Item>>) {
+    fn submit_read(
+        &self,
+        use_index: usize,
+        block: BlockIndex,
+        results: Sender<BlockResult<S::Item>>,
+    ) {
         let source = Arc::clone(&self.source);
         let cancel = Arc::clone(&self.cancel);
         let Block { file, rows, .. } = self.source.blocks()[block as usize];
-        let location = self.source.describe_block(block);
         let job = Box::new(move || {
             if cancel.load(Ordering::Relaxed) {
                 return;
             }
+            // Described only on failure: for a Parquet source that formats a path.
+            let location = || source.describe_block(block);
             let read = catch_unwind(AssertUnwindSafe(|| source.read_block(block)));
             let result = match read {
-                Err(payload) => Err(Error::panicked(format!("reading {location}"), payload)),
-                Ok(Err(error)) => Err(Error::from_source(location, block, file, error)),
+                Err(payload) => Err(Error::panicked(format!("reading {}", location()), payload)),
+                Ok(Err(error)) => Err(Error::from_source(location(), block, file, error)),
                 Ok(Ok(samples)) if samples.len() as u64 != rows => Err(Error::Source {
-                    location,
+                    location: location(),
                     block,
                     file,
                     source: BoxError::from(format!(
@@ -207,7 +209,7 @@ where
                 // Wrapped here, on a worker, not on the single coordinator thread.
                 Ok(Ok(samples)) => Ok(samples.into_iter().map(Some).collect()),
             };
-            let _ = results.send((block, result));
+            let _ = results.send((use_index, result));
         });
         self.jobs.queue(job);
     }
@@ -215,16 +217,10 @@ where
     fn receive_block(
         &self,
         progress: &mut Progress<S::Item>,
-        index_of_use: &[usize],
-        block: BlockIndex,
+        index: usize,
         result: Result<Vec<Option<S::Item>>>,
     ) {
-        let Some(&index) = index_of_use
-            .get(block as usize)
-            .filter(|&&index| index != usize::MAX)
-        else {
-            return;
-        };
+        let block = self.schedule.uses[index].block;
         match result {
             Ok(samples) => {
                 progress.resident[block as usize] = Some(Resident { samples });
@@ -374,7 +370,7 @@ where
         let collate = Arc::clone(&self.collate);
         let output = self.output.clone();
         let cancel = Arc::clone(&self.cancel);
-        let label = self.first_batch + batch;
+        let label = self.schedule.first_batch + batch;
         let job = Box::new(move || {
             if cancel.load(Ordering::Relaxed) {
                 return;

@@ -25,9 +25,7 @@ use crate::{Error, Result};
 pub struct Epoch<'loader, O> {
     plan: Arc<Plan>,
     schedule: EpochSchedule,
-    first_batch: u64,
     delivered_batches: u64,
-    delivered_samples: u64,
     finished: bool,
     pending: BTreeMap<u64, Result<O>>,
     output: Receiver<Delivery<O>>,
@@ -70,14 +68,11 @@ pub(crate) struct EpochParts<O> {
 
 impl<'loader, O> Epoch<'loader, O> {
     pub(crate) fn new(parts: EpochParts<O>) -> Self {
-        let first_batch = parts.plan.already_consumed() / parts.plan.batch_size();
         Self {
             finished: parts.schedule.batches == 0,
             plan: parts.plan,
             schedule: parts.schedule,
-            first_batch,
             delivered_batches: 0,
-            delivered_samples: 0,
             pending: BTreeMap::new(),
             output: parts.output,
             credits: Some(parts.credits),
@@ -155,13 +150,11 @@ impl<'loader, O> Epoch<'loader, O> {
         if self.delivered_batches == self.schedule.batches && !self.has_failed() {
             return Position::start_of(self.plan.epoch() + 1);
         }
-        // Delivered counts whole batches of the plan, so it is always a valid position.
+        // Whole batches of the plan were delivered, so this is always a valid position.
+        let delivered = self.schedule.end_of_batches(self.delivered_batches);
         self.plan
-            .position_after(self.delivered_samples)
-            .unwrap_or(Position {
-                epoch: self.plan.epoch(),
-                consumed: self.plan.already_consumed() + self.delivered_samples,
-            })
+            .position_after(delivered)
+            .expect("positions after whole batches are valid")
     }
 
     /// Tells the coordinator how many batches were taken, unless it already knows.
@@ -222,12 +215,11 @@ impl<O> Iterator for Epoch<'_, O> {
         let samples = range.end - range.start;
         let event = Event::BatchReady {
             epoch: self.plan.epoch(),
-            batch: self.first_batch + self.delivered_batches,
+            batch: self.schedule.first_batch + self.delivered_batches,
             samples,
             wait,
         };
         self.delivered_batches += 1;
-        self.delivered_samples += samples;
         self.finished = self.delivered_batches == self.schedule.batches;
         // Telling the coordinator every few batches rather than every batch halves its
         // wake-ups or better; it stays within the prefetch depth either way.

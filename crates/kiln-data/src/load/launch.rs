@@ -93,7 +93,6 @@ where
                 last_occurrence,
                 prefetch_batches: self.config.prefetch_batches as u64,
                 read_ahead_blocks: self.config.read_ahead_blocks,
-                first_batch: plan.already_consumed() / plan.batch_size(),
                 start,
                 cancel: Arc::clone(&cancel),
                 reads_dispatched: Arc::clone(&reads_dispatched),

@@ -14,6 +14,8 @@ pub(crate) struct EpochSchedule {
     /// Plan positions delivered: `0..positions`.
     pub(crate) positions: u64,
     pub(crate) batches: u64,
+    /// Index of the epoch's first batch among all its batches: non-zero after a resume.
+    pub(crate) first_batch: u64,
     /// Blocks read, sorted by first use (as the plan gives them).
     pub(crate) uses: Vec<BlockUse>,
     /// `(last_use, block)` sorted, to free blocks in order.
@@ -44,6 +46,7 @@ impl EpochSchedule {
             batch_size,
             positions,
             batches: positions.div_ceil(batch_size),
+            first_batch: plan.already_consumed() / batch_size,
             uses,
             by_last_use,
         }

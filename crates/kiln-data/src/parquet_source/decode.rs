@@ -178,7 +178,13 @@ where
 {
     type Item = I;
     fn decode(&self, batch: &RecordBatch, items: &mut Vec<I>) -> Result<(), DecodeError> {
-        items.extend((self.function)(batch)?);
+        let decoded = (self.function)(batch)?;
+        if items.is_empty() {
+            // The usual case: take the closure's vector instead of moving every item again.
+            *items = decoded;
+        } else {
+            items.extend(decoded);
+        }
         Ok(())
     }
     fn fingerprint(&self) -> Fingerprint {

@@ -175,7 +175,12 @@ impl ParquetFile {
         row_group: usize,
         mask: ProjectionMask,
     ) -> std::result::Result<RecordBatch, String> {
-        let rows = self.row_group_rows()[row_group] as usize;
+        let rows = self
+            .metadata
+            .metadata()
+            .row_group(row_group)
+            .num_rows()
+            .max(0) as usize;
         let batches =
             ParquetRecordBatchReaderBuilder::new_with_metadata(reader, self.metadata.clone())
                 .with_row_groups(vec![row_group])

@@ -223,6 +223,11 @@ impl<D: RowDecoder> ParquetSource<D> {
     /// One whole row group (block) as a single Arrow batch of the projected columns.
     pub fn read_record_batch(&self, block: BlockIndex) -> Result<RecordBatch> {
         let (file, row_group) = self.locate(block)?;
+        self.read_row_group(file, row_group)
+    }
+
+    /// Reads and decodes one row group, counting the bytes read.
+    fn read_row_group(&self, file: &ParquetFile, row_group: usize) -> Result<RecordBatch> {
         let (batch, bytes) = file.read_row_group(row_group)?;
         self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
         Ok(batch)
@@ -275,8 +280,8 @@ impl<D: RowDecoder> BlockSource for ParquetSource<D> {
     type Error = Error;
 
     fn read_block(&self, block: BlockIndex) -> Result<Vec<D::Item>> {
-        let batch = self.read_record_batch(block)?;
         let (file, row_group) = self.locate(block)?;
+        let batch = self.read_row_group(file, row_group)?;
         let mut items = Vec::with_capacity(batch.num_rows());
         self.decoder
             .decode(&batch, &mut items)
