@@ -390,6 +390,14 @@ fn the_layout_fingerprint_combines_source_transform_and_codec() {
     assert_ne!(fingerprints[0], source().fingerprint());
     assert_eq!(a.blocks(), source().blocks());
     let _: Fingerprint = a.key(0).digest();
+    // Another source under the same transform and codec: another fingerprint and key.
+    let other = Cached::new(
+        MemorySource::with_ids(&[&[4, 3], &[6]]),
+        counted(1, &calls),
+        Arc::clone(&disk),
+    );
+    assert_ne!(other.fingerprint(), fingerprints[0]);
+    assert_ne!(other.key(0).digest(), a.key(0).digest());
 }
 
 /// Over Parquet, a failing transform names the file and the row group, not just an index.

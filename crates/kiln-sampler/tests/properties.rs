@@ -227,6 +227,9 @@ proptest! {
         prop_assume!(layout.num_samples() >= u64::from(world));
         let sampler = sampler(kind, Sharding::new(batch_size, policy));
         let Some(plans) = rank_plans(sampler.as_ref(), &layout, seed, 5, world) else {
+            // Only Drop may refuse, when one global batch is more than the layout holds.
+            prop_assert_eq!(policy, RemainderPolicy::Drop);
+            prop_assert!(layout.num_samples() < batch_size * u64::from(world));
             return Ok(());
         };
         let rank = (seed % u64::from(world)) as u32;

@@ -34,6 +34,7 @@ fn a_sharded_plan_over_an_in_memory_layout_delivers_each_sample_once() {
     let sampler = InOrderSampler::new(2);
     let world = 3;
     let mut delivered = Vec::new();
+    let mut scheduled_reads = 0;
     for rank in 0..world {
         let request = PlanRequest::new(1, 0).with_shard(Shard::new(rank, world).unwrap());
         let plan = sampler.plan(&source, &request).unwrap();
@@ -42,6 +43,7 @@ fn a_sharded_plan_over_an_in_memory_layout_delivers_each_sample_once() {
             10,
             "34 samples / (2 x 3) = 5 global batches of 2 per rank"
         );
+        scheduled_reads += plan.schedule().len() as u64;
         let items = execute(&plan, &source);
         // Items are their own sample ids, so what was read is what was planned.
         assert_eq!(items, plan.order());
@@ -55,6 +57,7 @@ fn a_sharded_plan_over_an_in_memory_layout_delivers_each_sample_once() {
     );
     // Every block that holds a delivered sample was read exactly once per rank that needs it.
     assert!(source.reads() <= (world as u64) * source.num_blocks() as u64);
+    assert_eq!(source.reads(), scheduled_reads);
 }
 
 #[test]

@@ -140,6 +140,13 @@ impl Preset {
 
 /// `wanted`, or the next lower mixed mode the device supports, or f32.
 fn supported_precision<B: Backend>(wanted: Precision, device: &B::Device) -> Precision {
+    fall_back(wanted, |precision| {
+        precision.check_supported::<B>(device).is_ok()
+    })
+}
+
+/// The fallback chain of [`supported_precision`]: bf16, then f16, then f32.
+fn fall_back(wanted: Precision, supported: impl Fn(Precision) -> bool) -> Precision {
     let chain: &[Precision] = match wanted {
         Precision::Bf16Mixed => &[Precision::Bf16Mixed, Precision::F16Mixed],
         Precision::F16Mixed => &[Precision::F16Mixed],
@@ -148,7 +155,7 @@ fn supported_precision<B: Backend>(wanted: Precision, device: &B::Device) -> Pre
     chain
         .iter()
         .copied()
-        .find(|precision| precision.check_supported::<B>(device).is_ok())
+        .find(|&precision| supported(precision))
         .unwrap_or(Precision::F32)
 }
 
@@ -204,5 +211,18 @@ mod tests {
         // flex supports bf16, so nothing changes there.
         let config = Preset::MaxSpeed.config_for::<Cpu>(&Default::default());
         assert_eq!(config.precision, Precision::Bf16Mixed);
+        // The chain itself, on devices that lack bf16, or both.
+        let only_f16 = |precision| precision == Precision::F16Mixed;
+        assert_eq!(
+            fall_back(Precision::Bf16Mixed, only_f16),
+            Precision::F16Mixed
+        );
+        assert_eq!(fall_back(Precision::Bf16Mixed, |_| false), Precision::F32);
+        assert_eq!(fall_back(Precision::F16Mixed, |_| false), Precision::F32);
+        assert_eq!(
+            fall_back(Precision::F16Mixed, only_f16),
+            Precision::F16Mixed
+        );
+        assert_eq!(fall_back(Precision::F32, |_| true), Precision::F32);
     }
 }

@@ -554,6 +554,7 @@ mod tests {
         let long: Vec<u8> = (0..100_000u32).map(|i| (i * 131 % 251) as u8).collect();
         assert_eq!(checksum(&long), xxhash_rust::xxh3::xxh3_64(&long));
         assert_eq!(checksum(&long), twox_hash::XxHash3_64::oneshot(&long));
+        assert_eq!(checksum(&long), 0xE870_C3DB_450B_9247);
     }
 
     #[test]

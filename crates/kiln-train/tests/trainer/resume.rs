@@ -170,6 +170,31 @@ fn fit_checkpoints_rotate_and_resume<B: AutodiffBackend>(device: B::Device) {
     let summary = resumed.fit(|p| epoch_data(&batches, p)).unwrap();
     assert_eq!(summary.counters.optimizer_steps, 9, "nothing left to train");
     assert_eq!(common::params(resumed.model()), common::params(run.model()));
+
+    // The older file (step 8, mid-epoch 2) resumes with training left to do.
+    let older = files
+        .iter()
+        .find(|path| path.ends_with("step-000000000008.kiln"))
+        .expect("the step-8 checkpoint is kept");
+    let mut resumed = trainer::<B>(&device, config(), 5);
+    let position = resumed.load_checkpoint(older).unwrap();
+    assert_eq!(
+        position,
+        Position {
+            epoch: 2,
+            consumed: 4 * ROWS as u64
+        }
+    );
+    let summary = resumed.fit(|p| epoch_data(&batches, p)).unwrap();
+    assert_eq!(
+        summary.counters.optimizer_steps, 9,
+        "one step left to train"
+    );
+    let bits = |values: Vec<f32>| -> Vec<u32> { values.iter().map(|v| v.to_bits()).collect() };
+    assert_eq!(
+        bits(common::params(resumed.model())),
+        bits(common::params(run.model()))
+    );
 }
 
 /// Checkpoints are refused mid-window, and a run with other numerics is refused on load,

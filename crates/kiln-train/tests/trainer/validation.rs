@@ -48,7 +48,9 @@ fn validation_feeds_metrics<B: AutodiffBackend>(device: B::Device) {
         common::model::<B>(&device, 1),
         SgdConfig::new().init(),
         0.01,
-        TrainerConfig::new().with_precision(Precision::Bf16Mixed),
+        TrainerConfig::new()
+            .with_precision(Precision::Bf16Mixed)
+            .with_max_validation_batches(Some(3)),
         device.clone(),
     )
     .unwrap();
@@ -57,6 +59,12 @@ fn validation_feeds_metrics<B: AutodiffBackend>(device: B::Device) {
         .unwrap()
         .unwrap();
     assert!(low.is_finite());
+    // The same 3 batches: bf16 rounding moves the error, but only a little.
+    assert_ne!(low, expected, "validation ran in bf16");
+    assert!(
+        (low - expected).abs() < 0.05 * expected,
+        "{low} vs {expected}"
+    );
 }
 
 /// A metric error names the validation batch.
