@@ -71,6 +71,57 @@ impl BlockFinder {
         let index = low + self.ends[low..high].partition_point(|&end| end <= sample);
         (index < self.ends.len()).then_some(index as BlockIndex)
     }
+
+    /// The sample ids of block `index` (blocks tile the ids from 0).
+    fn range(&self, index: usize) -> std::ops::Range<SampleId> {
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        start..self.ends[index]
+    }
+
+    /// A cursor for locating many samples in a row: it remembers the last block found, so
+    /// runs of samples from one block (sequential plans, block shuffles) skip the search.
+    pub fn cursor(&self) -> BlockCursor<'_> {
+        BlockCursor {
+            finder: self,
+            current: None,
+        }
+    }
+}
+
+/// Locates samples one after another with a [`BlockFinder`], remembering the last block.
+///
+/// ```
+/// use kiln_core::{BlockFinder, BlockLayout, Fingerprint, Layout};
+///
+/// let mut builder = Layout::builder();
+/// builder.add_file(Fingerprint::of_bytes(b"f"), &[3, 0, 5]);
+/// let layout = builder.build().unwrap();
+/// let finder = BlockFinder::new(layout.blocks());
+/// let mut cursor = finder.cursor();
+/// assert_eq!(cursor.place(4), Some((2, 1))); // block 2, row 1
+/// assert_eq!(cursor.place(5), Some((2, 2))); // same block: no search
+/// assert_eq!(cursor.place(8), None);
+/// ```
+#[derive(Debug, Clone)]
+pub struct BlockCursor<'a> {
+    finder: &'a BlockFinder,
+    current: Option<(BlockIndex, std::ops::Range<SampleId>)>,
+}
+
+impl BlockCursor<'_> {
+    /// The block holding `sample` and the sample's row in it, or `None` past the end.
+    pub fn place(&mut self, sample: SampleId) -> Option<(BlockIndex, u64)> {
+        match &self.current {
+            Some((block, range)) if range.contains(&sample) => Some((*block, sample - range.start)),
+            _ => {
+                let block = self.finder.find(sample)?;
+                let range = self.finder.range(block as usize);
+                let row = sample - range.start;
+                self.current = Some((block, range));
+                Some((block, row))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -117,6 +168,24 @@ mod tests {
                 );
             }
             assert_eq!(finder.find(u64::MAX), None);
+        }
+    }
+
+    #[test]
+    fn a_cursor_places_samples_in_any_order() {
+        let rows = [3, 0, 0, 7, 1, 1, 1, 0, 20, 2];
+        let blocks = blocks(&rows);
+        let finder = BlockFinder::new(&blocks);
+        let mut cursor = finder.cursor();
+        let samples: u64 = rows.iter().sum();
+        // Forward, backward and scattered, so the remembered block is both hit and missed.
+        let order = (0..samples + 2)
+            .chain((0..samples).rev())
+            .chain((0..samples).map(|i| i * 7 % samples));
+        for sample in order {
+            let expected = block_of(&blocks, sample)
+                .map(|block| (block, sample - blocks[block as usize].first_sample));
+            assert_eq!(cursor.place(sample), expected, "{sample}");
         }
     }
 }

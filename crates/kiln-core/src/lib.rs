@@ -60,7 +60,7 @@ mod shard;
 mod source;
 mod transform;
 
-pub use block_finder::BlockFinder;
+pub use block_finder::{BlockCursor, BlockFinder};
 pub use error::{Error, Result};
 pub use event::{Event, Phase, SkipReason, StepOutcome, StepReport};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, ParseFingerprintError};

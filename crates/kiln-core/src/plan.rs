@@ -223,21 +223,13 @@ fn schedule_of(order: &[SampleId], blocks: &[Block]) -> Result<Vec<BlockUse>> {
     let samples = blocks.last().map_or(0, Block::end);
     let mut uses: Vec<Option<(u64, u64)>> = vec![None; blocks.len()];
     let finder = BlockFinder::new(blocks);
-    let mut current: Option<(BlockIndex, std::ops::Range<SampleId>)> = None;
+    let mut cursor = finder.cursor();
     for (position, &sample) in order.iter().enumerate() {
-        // Consecutive samples often share a block: skip the lookup then.
-        let block = match &current {
-            Some((index, range)) if range.contains(&sample) => *index,
-            _ => {
-                let index = finder.find(sample).ok_or_else(|| {
-                    Error::InvalidConfig(format!(
-                        "plan position {position} names sample {sample}, but the layout has {samples} samples"
-                    ))
-                })?;
-                current = Some((index, blocks[index as usize].samples()));
-                index
-            }
-        };
+        let (block, _) = cursor.place(sample).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "plan position {position} names sample {sample}, but the layout has {samples} samples"
+            ))
+        })?;
         let position = position as u64;
         let entry = &mut uses[block as usize];
         match entry {

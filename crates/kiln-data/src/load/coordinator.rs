@@ -304,25 +304,17 @@ where
         // Pass 1 locates every sample (block and row) from the layout alone, which stays in
         // cache.
         let mut places = Vec::with_capacity(order.len());
-        let mut current: Option<(BlockIndex, std::ops::Range<u64>)> = None;
+        let mut cursor = progress.finder.cursor();
         for (offset, &sample) in order.iter().enumerate() {
-            let (block, range) = match &current {
-                Some((block, range)) if range.contains(&sample) => (*block, range.clone()),
-                _ => {
-                    let Some(block) = progress.finder.find(sample) else {
-                        return Err(Error::PlanMismatch {
-                            reason: format!(
-                                "plan position {} names unknown sample {sample}",
-                                first + offset as u64
-                            ),
-                        });
-                    };
-                    let range = self.source.blocks()[block as usize].samples();
-                    current = Some((block, range.clone()));
-                    (block, range)
-                }
+            let Some((block, row)) = cursor.place(sample) else {
+                return Err(Error::PlanMismatch {
+                    reason: format!(
+                        "plan position {} names unknown sample {sample}",
+                        first + offset as u64
+                    ),
+                });
             };
-            places.push((block, (sample - range.start) as usize));
+            places.push((block, row as usize));
         }
         // Pass 2 checks every slot is filled. In a shuffled plan nearly every sample is a cache
         // miss; this tight loop of independent loads lets the CPU fetch many at once, and pass 3

@@ -1,6 +1,6 @@
 //! Measuring an order: the whole epoch and its first and last windows, next to the ideal.
 
-use kiln_core::{BlockLayout, Error, Result, SampleId};
+use kiln_core::{BlockFinder, BlockLayout, Error, Result, SampleId};
 
 use super::ideal::{IdealStats, ideal_stats};
 use super::stats::{OrderStats, order_stats};
@@ -88,22 +88,15 @@ pub fn measure(
     let (group_of_block, sizes) = groups_of(layout, options.grouping);
     let samples = layout.num_samples();
     let mut groups = Vec::with_capacity(order.len());
-    let mut current: Option<(std::ops::Range<SampleId>, u32)> = None;
+    let finder = BlockFinder::new(layout.blocks());
+    let mut cursor = finder.cursor();
     for (position, &sample) in order.iter().enumerate() {
-        let group = match &current {
-            Some((range, group)) if range.contains(&sample) => *group,
-            _ => {
-                let block = layout.block_of(sample).ok_or_else(|| {
-                    Error::InvalidConfig(format!(
-                        "quality: order position {position} names sample {sample}, but the layout has {samples} samples"
-                    ))
-                })?;
-                let group = group_of_block[block as usize];
-                current = Some((layout.blocks()[block as usize].samples(), group));
-                group
-            }
-        };
-        groups.push(group);
+        let (block, _) = cursor.place(sample).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "quality: order position {position} names sample {sample}, but the layout has {samples} samples"
+            ))
+        })?;
+        groups.push(group_of_block[block as usize]);
     }
     let ideal = ideal_stats(
         &sizes,
