@@ -148,6 +148,8 @@ impl Sharding {
             RemainderPolicy::Drop => global.truncate((batches * global_batch) as usize),
             RemainderPolicy::Pad => {
                 let pad = batches * global_batch - samples;
+                // Exactly, or growing the full-size order would double its capacity.
+                global.reserve_exact(pad as usize);
                 global.extend(pad_samples(samples, pad, request.seed, request.epoch));
             }
             RemainderPolicy::Uneven => {}
