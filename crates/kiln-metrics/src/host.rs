@@ -108,14 +108,10 @@ pub(crate) fn measure(
                     left.merge(&right);
                     left
                 })
-                .unwrap_or_else(|| empty_sums(config))
+                .unwrap_or_else(|| MetricSums::for_config(config))
         }
         _ => measure_sequential(config, plan, batch),
     }
-}
-
-fn empty_sums(config: &MetricsConfig) -> MetricSums {
-    MetricSums::zeros(config.horizons.len(), config.top_k.len())
 }
 
 fn measure_sequential(
@@ -126,7 +122,7 @@ fn measure_sequential(
     let shape = batch.shape();
     let per_prediction = config.agents_per_prediction;
     let weight = 1.0 / per_prediction as f64;
-    let mut sums = empty_sums(config);
+    let mut sums = MetricSums::for_config(config);
     let mut errors = UnitErrors::new(config.horizons.len(), shape.modes, shape.steps);
     let mut order = Vec::with_capacity(shape.modes);
     for unit in 0..shape.agents / per_prediction {

@@ -48,7 +48,7 @@ impl TrajectoryMetrics {
     pub fn new(config: MetricsConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self {
-            sums: MetricSums::zeros(config.horizons.len(), config.top_k.len()),
+            sums: MetricSums::for_config(&config),
             config,
             parallelism: Parallelism::default(),
         })
@@ -113,7 +113,7 @@ impl TrajectoryMetrics {
 
     /// Forgets everything accumulated (what both `Metric` impls' `reset` do).
     pub fn reset(&mut self) {
-        self.sums = MetricSums::zeros(self.config.horizons.len(), self.config.top_k.len());
+        self.sums = MetricSums::for_config(&self.config);
     }
 
     /// Adds sums computed for one batch by either path.

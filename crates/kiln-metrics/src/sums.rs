@@ -112,6 +112,11 @@ impl MetricSums {
         }
     }
 
+    /// Empty sums shaped for `config`'s horizons and K values.
+    pub fn for_config(config: &crate::MetricsConfig) -> Self {
+        Self::zeros(config.horizons.len(), config.top_k.len())
+    }
+
     /// Whether `other` has the same horizons and K values, so the two can merge.
     pub fn same_layout(&self, other: &MetricSums) -> bool {
         self.horizons.len() == other.horizons.len()

@@ -57,7 +57,7 @@ pub(crate) fn measure_tensors<B: Backend>(
         .enumerate()
         .map(|(index, horizon)| horizon.resolve(index, steps))
         .collect::<Result<Vec<_>>>()?;
-    let mut sums = MetricSums::zeros(config.horizons.len(), config.top_k.len());
+    let mut sums = MetricSums::for_config(config);
     if units == 0 {
         return Ok(sums);
     }
@@ -76,6 +76,8 @@ pub(crate) fn measure_tensors<B: Backend>(
         &batch.predictions.device(),
     );
     let kept_counts = config.kept_modes(k);
+    // The most probable mode, the same at every horizon.
+    let top = rank.clone().equal_elem(0.0).float();
     for (h, &last_step) in last_steps.iter().enumerate() {
         let errors = horizon_errors(
             config,
@@ -89,14 +91,13 @@ pub(crate) fn measure_tensors<B: Backend>(
             rows.push(ok.clone().reshape([units]));
             slots.push(slot);
         };
-        let top = rank.clone().equal_elem(0.0).float();
         push(
             (errors.ade.clone() * top.clone()).sum_dim(1),
             &errors.has_path,
             Slot::Ade(h),
         );
         push(
-            (errors.fde.clone() * top).sum_dim(1),
+            (errors.fde.clone() * top.clone()).sum_dim(1),
             &errors.has_final,
             Slot::Fde(h),
         );
