@@ -81,8 +81,8 @@ impl WorkerPool {
 }
 
 /// Runs urgent jobs first, then queued ones. Waiting happens on the FIFO queue alone (a plain
-/// `recv`): selecting over both queues for every job cost about 10% of the loader's throughput
-/// on 2 cores, where an epoch is tens of thousands of short jobs.
+/// `recv`): selecting over both queues for every job measurably lowered the loader's throughput
+/// on 2 cores, where an epoch is tens of thousands of short jobs (commit 68c4b72).
 fn work(urgent: &Receiver<Job>, queue: &Receiver<Message>) {
     loop {
         if let Ok(job) = urgent.try_recv() {
