@@ -263,7 +263,7 @@ where
                     // every few batches): it waits for this one, or soon will, so the collation
                     // goes ahead of queued reads. Other batches queue behind the reads before
                     // them. A credit before each wait would catch more stalls, but the extra
-                    // wake-ups measurably lowered sequential throughput on 2 cores (commit 9539150).
+                    // wake-ups lowered sequential throughput on 2 cores (commit 9539150).
                     let urgent = progress.consumer_here && progress.assembled == progress.consumed;
                     self.submit_collate(progress.assembled, samples, urgent);
                 }
