@@ -17,7 +17,7 @@ use anyhow::{Context, ensure};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 use kiln::backend::{BackendTask, DevicePreference, select};
 use kiln::core::Metric;
 use kiln::metrics::{
@@ -227,14 +227,11 @@ fn measure_tensor<B: Backend>(
     Ok((best, upload_seconds, report.context("no tensor pass ran")?))
 }
 
+/// A progress bar on standard error (indicatif hides it when that is not a terminal).
 fn progress_bar(length: u64, message: &'static str) -> ProgressBar {
     let bar = ProgressBar::new(length).with_message(message);
-    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-        if let Ok(style) = ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} {elapsed}") {
-            bar.set_style(style);
-        }
-    } else {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
+    if let Ok(style) = ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} {elapsed}") {
+        bar.set_style(style);
     }
     bar
 }

@@ -12,13 +12,12 @@
 //!
 //! Run: `cargo run --release --example shuffle_quality -- --files 660 --samples 900000 --batch 64`
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 use kiln::core::{BlockLayout, Fingerprint, Layout, Plan, PlanRequest, Sampler};
 use kiln::sampler::quality::{self, QualityOptions, QualityReport, Residency, Stretch};
 use kiln::sampler::{BlockShuffleConfig, BlockShuffleSampler, RandomSampler, SequentialSampler};
@@ -197,10 +196,8 @@ fn main() -> anyhow::Result<()> {
     let request = PlanRequest::new(args.seed, args.epoch);
     let options = QualityOptions::new(args.batch);
 
+    // On stderr, hidden by indicatif when that is not a terminal.
     let progress = ProgressBar::new(orders.len() as u64);
-    if !std::io::stdout().is_terminal() {
-        progress.set_draw_target(ProgressDrawTarget::hidden());
-    }
     progress.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
 
     let mut entries = Vec::new();

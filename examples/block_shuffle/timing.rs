@@ -1,22 +1,16 @@
 //! Running and timing epochs.
 
 use std::hint::black_box;
-use std::io::IsTerminal;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 use kiln::core::{BlockLayout, BlockSource, Plan};
 use kiln::data::{Collate, Loader};
 
-/// A progress bar on standard error, hidden when it is not a terminal.
+/// A progress bar on standard error (indicatif hides it when that is not a terminal).
 pub fn progress(len: u64, message: &'static str) -> ProgressBar {
-    let target = if std::io::stderr().is_terminal() {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
-    };
-    let bar = ProgressBar::with_draw_target(Some(len), target).with_message(message);
+    let bar = ProgressBar::new(len).with_message(message);
     if let Ok(style) = ProgressStyle::with_template("{msg:>28} {wide_bar} {pos}/{len} ({eta})") {
         bar.set_style(style);
     }

@@ -97,7 +97,6 @@ struct Args {
 #[derive(Debug, Default)]
 struct DataWait {
     nanos: AtomicU64,
-    batches: AtomicU64,
 }
 
 impl Observer for DataWait {
@@ -105,14 +104,12 @@ impl Observer for DataWait {
         if let Event::BatchReady { wait, .. } = event {
             self.nanos
                 .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
-            self.batches.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
 impl DataWait {
     fn take_seconds(&self) -> f64 {
-        self.batches.store(0, Ordering::Relaxed);
         self.nanos.swap(0, Ordering::Relaxed) as f64 * 1e-9
     }
 }

@@ -1,6 +1,5 @@
 //! A progress bar for training: epoch, step, loss, learning rate, loss scale, samples/s.
 
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -31,14 +30,9 @@ pub struct ProgressObserver {
 }
 
 impl ProgressObserver {
-    /// A bar on stderr when it is a terminal, hidden otherwise.
+    /// A bar on stderr when it is a terminal, hidden otherwise (indicatif checks).
     pub fn new() -> Self {
-        let target = if std::io::stderr().is_terminal() {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        };
-        Self::with_draw_target(target)
+        Self::with_draw_target(ProgressDrawTarget::stderr())
     }
 
     /// A bar that never draws (for tests and quiet runs).

@@ -1,11 +1,10 @@
 //! Building a whole cache ahead of training, in parallel, with a progress bar.
 
-use std::io::IsTerminal;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 use kiln_core::{BlockIndex, BlockLayout, BlockSource, Transform};
 use rayon::prelude::*;
 
@@ -28,14 +27,9 @@ pub struct WarmReport {
     pub seconds: f64,
 }
 
-/// A progress bar on standard error, hidden when standard error is not a terminal.
+/// A progress bar on standard error (indicatif hides it when that is not a terminal).
 pub(crate) fn progress_bar(len: u64, message: &'static str) -> ProgressBar {
-    let target = if std::io::stderr().is_terminal() {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
-    };
-    let bar = ProgressBar::with_draw_target(Some(len), target).with_message(message);
+    let bar = ProgressBar::new(len).with_message(message);
     if let Ok(style) = ProgressStyle::with_template(
         "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} blocks ({per_sec}, eta {eta})",
     ) {
