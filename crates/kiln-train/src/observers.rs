@@ -1,6 +1,6 @@
 //! The trainer's observers and phase timing.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn::tensor::backend::Backend;
 use kiln_core::{Event, Observer, Phase};
@@ -37,7 +37,7 @@ impl Observers {
 
     pub(crate) fn push(&mut self, observer: Box<dyn Observer>) {
         self.list.push(observer);
-        self.accurate = self.force_sync || self.list.iter().any(|o| o.wants_accurate_timing());
+        self.accurate = self.force_sync || self.list.wants_accurate_timing();
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -45,9 +45,7 @@ impl Observers {
     }
 
     pub(crate) fn emit(&self, event: &Event) {
-        for observer in &self.list {
-            observer.on_event(event);
-        }
+        self.list.on_event(event);
     }
 
     /// Starts timing a phase of optimizer step `step`.
@@ -68,13 +66,9 @@ impl Observers {
     }
 
     /// Ends a phase: syncs the device when accurate timing is wanted, then reports it.
-    pub(crate) fn end<B: Backend>(
-        &self,
-        started: PhaseStarted,
-        device: &B::Device,
-    ) -> Result<Option<Duration>> {
+    pub(crate) fn end<B: Backend>(&self, started: PhaseStarted, device: &B::Device) -> Result<()> {
         let Some(at) = started.at else {
-            return Ok(None);
+            return Ok(());
         };
         if self.accurate {
             B::sync(device).map_err(|error| Error::Device {
@@ -88,6 +82,6 @@ impl Observers {
             step: started.step,
             elapsed,
         });
-        Ok(Some(elapsed))
+        Ok(())
     }
 }

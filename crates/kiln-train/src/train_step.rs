@@ -188,7 +188,10 @@ where
         } else {
             None
         };
-        let (loss_sum, squared_scaled) = read_back(window.loss_sum, squared)?;
+        let loss_sum = window
+            .loss_sum
+            .expect("an optimizer step runs only on a window with micro-batches");
+        let (loss_sum, squared_scaled) = read_back(loss_sum, squared)?;
         let loss = loss_sum / divisor;
         let grad_norm = squared_scaled.map(|squared| squared.sqrt() * unscale);
         // The loss is read back anyway, so checking it is free; the gradients are checked
@@ -256,24 +259,19 @@ where
 /// Reads the window's loss sum and, when computed, the squared gradient norm in one
 /// transaction: the step's single host sync.
 fn read_back<B: burn::tensor::backend::Backend>(
-    loss_sum: Option<burn::tensor::Tensor<B, 1>>,
+    loss_sum: burn::tensor::Tensor<B, 1>,
     squared: Option<burn::tensor::Tensor<B, 1>>,
 ) -> Result<(f64, Option<f64>)> {
     let during = "the optimizer step's readback of loss and gradient norm";
-    let Some(loss_sum) = loss_sum else {
-        return Ok((0.0, None));
-    };
-    let Some(squared) = squared else {
-        return Ok((read_scalar(loss_sum, during)?, None));
-    };
-    let data = Transaction::default()
-        .register(loss_sum)
-        .register(squared)
-        .try_execute()
-        .map_err(|error| Error::Device {
-            during,
-            message: format!("{error:?}"),
-        })?;
+    let with_norm = squared.is_some();
+    let mut transaction = Transaction::default().register(loss_sum);
+    if let Some(squared) = squared {
+        transaction = transaction.register(squared);
+    }
+    let data = transaction.try_execute().map_err(|error| Error::Device {
+        during,
+        message: format!("{error:?}"),
+    })?;
     let value = |index: usize| {
         data.get(index)
             .and_then(|data| data.iter::<f64>().next())
@@ -282,5 +280,5 @@ fn read_back<B: burn::tensor::backend::Backend>(
                 message: format!("the device returned no value for readback {index}"),
             })
     };
-    Ok((value(0)?, Some(value(1)?)))
+    Ok((value(0)?, with_norm.then(|| value(1)).transpose()?))
 }

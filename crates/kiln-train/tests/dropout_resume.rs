@@ -135,8 +135,8 @@ fn config(seed: u64) -> TrainerConfig {
         .with_accumulation_steps(2)
 }
 
-/// Step losses (as bits) and final parameters of a run.
-fn losses_and_params(
+/// The step losses of a run, as bits.
+fn step_losses(
     trainer: &mut Trainer<
         B,
         DropoutMlp<B>,
@@ -179,7 +179,7 @@ fn dropout_masks_resume_exactly_under_reseed_every_step() {
     let data = batches();
 
     let mut whole = trainer(config(7));
-    let whole_losses = losses_and_params(&mut whole, &data);
+    let whole_losses = step_losses(&mut whole, &data);
     assert_eq!(
         whole_losses.len(),
         6,
@@ -188,13 +188,13 @@ fn dropout_masks_resume_exactly_under_reseed_every_step() {
 
     // The masks matter: another seed draws other masks, so other losses.
     let mut reseeded = trainer(config(8));
-    assert_ne!(losses_and_params(&mut reseeded, &data), whole_losses);
+    assert_ne!(step_losses(&mut reseeded, &data), whole_losses);
 
     // Interrupted after step 4 (mid-epoch 1), resumed from the checkpoint in a fresh trainer.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dropout.kiln");
     let mut first = trainer(config(7).with_max_steps(Some(4)));
-    let mut losses = losses_and_params(&mut first, &data);
+    let mut losses = step_losses(&mut first, &data);
     first.save_checkpoint(&path).unwrap();
     drop(first);
     let mut second = trainer(config(7));
@@ -208,7 +208,7 @@ fn dropout_masks_resume_exactly_under_reseed_every_step() {
             consumed: 2 * ROWS as u64
         }
     );
-    losses.extend(losses_and_params(&mut second, &data));
+    losses.extend(step_losses(&mut second, &data));
     assert_eq!(losses, whole_losses);
     assert_eq!(params(second.model()), params(whole.model()));
 
@@ -219,14 +219,14 @@ fn dropout_masks_resume_exactly_under_reseed_every_step() {
             .with_max_steps(max_steps)
     };
     let mut whole = trainer(plain(None));
-    let whole_losses = losses_and_params(&mut whole, &data);
+    let whole_losses = step_losses(&mut whole, &data);
     let mut first = trainer(plain(Some(4)));
-    let mut losses = losses_and_params(&mut first, &data);
+    let mut losses = step_losses(&mut first, &data);
     first.save_checkpoint(&path).unwrap();
     drop(first);
     let mut second = trainer(plain(None));
     second.load_checkpoint(&path).unwrap();
-    losses.extend(losses_and_params(&mut second, &data));
+    losses.extend(step_losses(&mut second, &data));
     assert_eq!(losses[..4], whole_losses[..4], "identical up to the cut");
     assert_ne!(losses[4..], whole_losses[4..], "other masks after it");
 }

@@ -46,7 +46,7 @@ fn mixed_precision_tracks_f32<B: AutodiffBackend>(device: B::Device) {
 }
 
 /// A batch that overflows f16 under the 2^16 scale is skipped: parameters unchanged, the scale
-/// halves, the scheduler does not advance; clean batches then train normally.
+/// halves; clean batches then train normally (the scheduler on skips: `scheduler.rs`).
 fn f16_overflow_skips_and_backs_off<B: AutodiffBackend>(device: B::Device) {
     let config = TrainerConfig::new().with_precision(Precision::F16Mixed);
     let mut trainer = Trainer::new(

@@ -1,4 +1,4 @@
-//! Events: epochs, batches, phases in step order, step reports; syncs only when asked.
+//! Events: epochs, batches, phases in step order, step reports.
 
 use std::sync::Arc;
 
