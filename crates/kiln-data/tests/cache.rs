@@ -23,6 +23,19 @@ fn counted(
     })
 }
 
+/// The usual fixture: `source()` under `counted(version)`, cached in `dir`.
+fn cached_in(
+    dir: &tempfile::TempDir,
+    version: u64,
+    calls: &Arc<AtomicU64>,
+) -> Cached<MemorySource<u64>, impl kiln_core::Transform<u64, Output = Vec<f32>> + use<>> {
+    Cached::new(
+        source(),
+        counted(version, calls),
+        DiskCache::open(dir.path()).unwrap(),
+    )
+}
+
 fn source() -> MemorySource<u64> {
     MemorySource::with_ids(&[&[4, 3], &[5]])
 }
@@ -38,11 +51,7 @@ fn expected(block: &kiln_core::Block, version: u64) -> Vec<Vec<f32>> {
 fn hits_serve_what_the_transform_computed() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let cached = Cached::new(
-        source(),
-        counted(1, &calls),
-        DiskCache::open(dir.path()).unwrap(),
-    );
+    let cached = cached_in(&dir, 1, &calls);
     for round in 0..2 {
         for (index, block) in cached.blocks().iter().enumerate() {
             assert_eq!(
@@ -66,11 +75,7 @@ fn hits_serve_what_the_transform_computed() {
 fn a_flipped_byte_is_detected_reported_and_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let cached = Cached::new(
-        source(),
-        counted(1, &calls),
-        DiskCache::open(dir.path()).unwrap(),
-    );
+    let cached = cached_in(&dir, 1, &calls);
     let block = cached.blocks()[1];
     cached.read_block(1).unwrap();
     let path = cached.disk().segment_path(&cached.key(1));
@@ -136,11 +141,7 @@ fn a_failed_write_serves_the_samples_uncached() {
 fn a_crash_between_write_and_rename_leaves_the_cache_consistent() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let cached = Cached::new(
-        source(),
-        counted(1, &calls),
-        DiskCache::open(dir.path()).unwrap(),
-    );
+    let cached = cached_in(&dir, 1, &calls);
     let complete = cached
         .encode_block(0, &cached.compute_block(0).unwrap())
         .unwrap();
@@ -297,12 +298,7 @@ fn transform_errors_name_block_file_and_row() {
 fn the_ram_tier_serves_repeated_reads_within_its_budget() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let cached = Cached::new(
-        source(),
-        counted(1, &calls),
-        DiskCache::open(dir.path()).unwrap(),
-    )
-    .with_ram_budget(1 << 20);
+    let cached = cached_in(&dir, 1, &calls).with_ram_budget(1 << 20);
     for _ in 0..3 {
         for block in 0..3 {
             cached.read_block(block).unwrap();
@@ -313,12 +309,7 @@ fn the_ram_tier_serves_repeated_reads_within_its_budget() {
     assert_eq!(stats.disk_hits, 0, "built segments go straight to RAM");
     assert_eq!(stats.ram_hits, 6);
     assert!(stats.ram_bytes > 0 && stats.ram_bytes <= 1 << 20);
-    let tiny = Cached::new(
-        source(),
-        counted(1, &calls),
-        DiskCache::open(dir.path()).unwrap(),
-    )
-    .with_ram_budget(16);
+    let tiny = cached_in(&dir, 1, &calls).with_ram_budget(16);
     tiny.read_block(0).unwrap();
     tiny.read_block(0).unwrap();
     assert_eq!((tiny.stats().ram_hits, tiny.stats().disk_hits), (0, 2));
@@ -329,12 +320,7 @@ fn the_ram_tier_serves_repeated_reads_within_its_budget() {
 fn pod_records_are_viewed_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let cached = Cached::new(
-        source(),
-        counted(1, &calls),
-        DiskCache::open(dir.path()).unwrap(),
-    )
-    .with_codec(PodCodec);
+    let cached = cached_in(&dir, 1, &calls).with_codec(PodCodec);
     let block = cached.blocks()[2];
     assert_eq!(cached.read_block(2).unwrap(), expected(&block, 1));
     assert_eq!(cached.read_block(2).unwrap(), expected(&block, 1));

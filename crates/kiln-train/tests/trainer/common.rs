@@ -95,6 +95,22 @@ pub fn model<B: Backend>(device: &B::Device, seed: u64) -> Mlp<B> {
     }
 }
 
+/// A trainer of `model(device, 1)` with plain SGD at a constant learning rate.
+pub fn sgd_trainer<B: AutodiffBackend>(
+    device: &B::Device,
+    learning_rate: f64,
+    config: kiln_train::TrainerConfig,
+) -> kiln_train::Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B> + use<B>, f64> {
+    kiln_train::Trainer::new(
+        model::<B>(device, 1),
+        burn::optim::SgdConfig::new().init(),
+        learning_rate,
+        config,
+        device.clone(),
+    )
+    .unwrap()
+}
+
 /// Rows of a fixed noisy linear teacher: `y = w . x + 0.5 + noise`.
 pub fn rows(count: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -1,6 +1,5 @@
 //! The `debug` preset: a NaN loss stops training with an error naming the step.
 
-use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_train::{Error, Preset, Trainer};
 
@@ -8,14 +7,7 @@ use crate::common::{self, Batch};
 
 fn nan_loss_in_debug_preset_names_the_step<B: AutodiffBackend>(device: B::Device) {
     let config = Preset::Debug.config().with_accumulation_steps(2);
-    let mut trainer = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
-        0.01,
-        config,
-        device.clone(),
-    )
-    .unwrap();
+    let mut trainer = common::sgd_trainer::<B>(&device, 0.01, config);
     let mut batches = common::batches::<B>(4, 4, 6, &device);
     // The 4th micro-batch of epoch 0 is micro-batch 1 of optimizer step 2.
     batches[3] = Batch {

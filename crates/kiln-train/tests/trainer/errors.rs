@@ -68,14 +68,11 @@ fn step_output_errors_name_the_step<B: AutodiffBackend>(device: B::Device) {
     // The failed step still closes every phase it opened.
     assert_every_phase_closed(&recorder);
 
-    let mut items = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
+    let mut items = common::sgd_trainer::<B>(
+        &device,
         0.1,
         TrainerConfig::new().with_loss_normalization(LossNormalization::Items),
-        device.clone(),
-    )
-    .unwrap();
+    );
     let error = items.train_batch(batch).unwrap_err().to_string();
     assert!(
         error.contains("with_items") && error.contains("optimizer step 1"),
@@ -135,14 +132,8 @@ struct LoadError;
 /// A failing batch stops `try_fit_with` with the epoch, the batch and the loader's message.
 fn data_errors_name_epoch_and_batch<B: AutodiffBackend>(device: B::Device) {
     let batches = common::batches::<B>(3, 4, 1, &device);
-    let mut trainer = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
-        0.1,
-        TrainerConfig::new().with_num_epochs(2),
-        device.clone(),
-    )
-    .unwrap();
+    let mut trainer =
+        common::sgd_trainer::<B>(&device, 0.1, TrainerConfig::new().with_num_epochs(2));
     let error = trainer
         .try_fit_with(
             |position| {
@@ -178,14 +169,7 @@ fn data_errors_name_epoch_and_batch<B: AutodiffBackend>(device: B::Device) {
 fn ci_preset_trains_a_handful<B: AutodiffBackend>(device: B::Device) {
     let config = Preset::Ci.config_for::<B>(&device).with_num_epochs(2);
     assert!(config.checkpoint.is_none());
-    let mut trainer = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
-        0.1,
-        config,
-        device.clone(),
-    )
-    .unwrap();
+    let mut trainer = common::sgd_trainer::<B>(&device, 0.1, config);
     let batches = common::batches::<B>(10, 4, 1, &device);
     let summary = trainer.fit(|_| batches.clone()).unwrap();
     assert_eq!(

@@ -2,24 +2,16 @@
 
 use std::sync::Arc;
 
-use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_core::{Event, Phase};
 use kiln_testkit::RecordingObserver;
-use kiln_train::{ProgressObserver, Trainer, TrainerConfig};
+use kiln_train::{ProgressObserver, TrainerConfig};
 
 use crate::common;
 
 fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
     let config = TrainerConfig::new().with_accumulation_steps(2);
-    let mut trainer = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
-        0.01,
-        config,
-        device.clone(),
-    )
-    .unwrap();
+    let mut trainer = common::sgd_trainer::<B>(&device, 0.01, config);
     let recorder = Arc::new(RecordingObserver::with_accurate_timing());
     trainer.add_observer(recorder.clone());
     trainer.add_observer(ProgressObserver::hidden());

@@ -1,24 +1,16 @@
 //! Validation without autodiff, feeding a kiln-core `Metric`.
 
 use burn::module::AutodiffModule;
-use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_core::Metric;
 use kiln_testkit::MeanMetric;
-use kiln_train::{Precision, Trainer, TrainerConfig};
+use kiln_train::{Precision, TrainerConfig};
 
 use crate::common;
 
 fn validation_feeds_metrics<B: AutodiffBackend>(device: B::Device) {
     let config = TrainerConfig::new().with_max_validation_batches(Some(3));
-    let trainer = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
-        0.01,
-        config,
-        device.clone(),
-    )
-    .unwrap();
+    let trainer = common::sgd_trainer::<B>(&device, 0.01, config);
     let batches = common::batches::<B::InnerBackend>(5, 4, 8, &device);
 
     // Reference: the mean squared error of the first 3 batches, computed directly.
@@ -44,16 +36,13 @@ fn validation_feeds_metrics<B: AutodiffBackend>(device: B::Device) {
     assert_eq!(metric.compute(), None);
 
     // Under bf16 the outputs differ a little, not a lot.
-    let bf16 = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
+    let bf16 = common::sgd_trainer::<B>(
+        &device,
         0.01,
         TrainerConfig::new()
             .with_precision(Precision::Bf16Mixed)
             .with_max_validation_batches(Some(3)),
-        device.clone(),
-    )
-    .unwrap();
+    );
     let low = bf16
         .validate(batches.clone(), &mut metric)
         .unwrap()
@@ -69,14 +58,7 @@ fn validation_feeds_metrics<B: AutodiffBackend>(device: B::Device) {
 
 /// A metric error names the validation batch.
 fn metric_errors_name_the_batch<B: AutodiffBackend>(device: B::Device) {
-    let trainer = Trainer::new(
-        common::model::<B>(&device, 1),
-        SgdConfig::new().init(),
-        0.01,
-        TrainerConfig::new(),
-        device.clone(),
-    )
-    .unwrap();
+    let trainer = common::sgd_trainer::<B>(&device, 0.01, TrainerConfig::new());
     let mut batches = common::batches::<B::InnerBackend>(3, 4, 8, &device);
     batches[2].targets = batches[2].targets.clone().mul_scalar(f32::NAN);
     let error = trainer
