@@ -13,20 +13,11 @@ use kiln_testkit::MemorySource;
 
 /// Files of uneven size, a few with two blocks, one with an empty block; item = sample id.
 fn source() -> MemorySource<u64> {
-    let mut next = 0u64;
-    let files: Vec<Vec<Vec<u64>>> = (0..40u64)
-        .map(|file| {
-            let rows = [30 + (file * 17) % 50, if file % 3 == 0 { 25 } else { 0 }];
-            rows.iter()
-                .map(|&rows| {
-                    let block: Vec<u64> = (next..next + rows).collect();
-                    next += rows;
-                    block
-                })
-                .collect()
-        })
+    let rows: Vec<[u64; 2]> = (0..40u64)
+        .map(|file| [30 + (file * 17) % 50, if file % 3 == 0 { 25 } else { 0 }])
         .collect();
-    MemorySource::new(files)
+    let files: Vec<&[u64]> = rows.iter().map(|blocks| &blocks[..]).collect();
+    MemorySource::with_ids(&files)
 }
 
 /// Executes a plan like a loader: read each block at its first use, drop it after its last.
