@@ -132,7 +132,10 @@ impl Variant {
 
     fn trainer(track_grad_norm: bool) -> Self {
         let (model, batch) = setup();
-        let config = TrainerConfig::new().with_track_grad_norm(track_grad_norm);
+        // The hand-written loop reads its loss back every step, so the trainer does too.
+        let config = TrainerConfig::new()
+            .with_track_grad_norm(track_grad_norm)
+            .with_read_loss_every(1);
         let trainer = Trainer::new(
             model,
             AdamConfig::new().init(),
@@ -155,6 +158,7 @@ impl Variant {
                     .step
                     .expect("K = 1 steps every batch")
                     .loss
+                    .expect("read every step")
             }
         }
     }

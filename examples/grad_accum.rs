@@ -45,7 +45,7 @@ struct Args {
     /// Seed for data and weights.
     #[arg(long, default_value_t = 3)]
     seed: u64,
-    /// Compute device: auto, cpu or cuda.
+    /// Compute device: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
     #[arg(long, default_value = "cpu")]
     device: DevicePreference,
     /// Write the figures as one JSON object to this path.

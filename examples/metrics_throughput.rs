@@ -52,7 +52,7 @@ struct Args {
     /// Timed repetitions of each path; the fastest counts.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// Device of the tensor path: auto, cpu or cuda.
+    /// Device of the tensor path: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
     #[arg(long, default_value = "cpu")]
     device: DevicePreference,
     /// Skip the tensor path.

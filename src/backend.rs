@@ -1,9 +1,15 @@
-//! Choosing a Burn backend at run time: CUDA only after a driver is found, flex otherwise.
+//! Choosing a Burn backend at run time: CUDA after a driver is found, else a Vulkan GPU through
+//! wgpu, else flex on the CPU.
 //!
-//! Burn 0.21's CUDA backend loads `libcuda` lazily; without a driver the first CUDA operation
-//! panics on a device thread. So kiln never picks CUDA blindly: [`cuda_status`] loads the driver
-//! library and asks it for devices first, and [`select`] falls back to the pure-Rust `flex` CPU
-//! backend (which supports f16 and bf16) with the reason spelled out.
+//! Burn 0.21's CUDA backend loads `libcuda` lazily, and its wgpu backend asks for an adapter
+//! lazily; without one, the first operation panics on a device thread. So kiln never picks a
+//! device blindly: [`cuda_status`] loads the driver library and asks it for devices, and
+//! [`vulkan_status`] enumerates Vulkan adapters, before [`select`] chooses, with the reason for
+//! each step spelled out. [`DevicePreference::Auto`] takes CUDA, then a hardware Vulkan
+//! adapter, then the pure-Rust `flex` CPU backend (which supports f16 and bf16); it never takes
+//! a software Vulkan driver such as Mesa's lavapipe, which is slower than flex on the same
+//! CPU. Ask for that one with [`DevicePreference::Wgpu`]: it exercises Burn's GPU code paths
+//! (fusion, autotune, the device memory pool, asynchronous readback) without a GPU.
 //!
 //! Generic code runs on whichever backend was chosen through [`BackendTask`]:
 //!
@@ -40,16 +46,25 @@ pub type CpuAutodiff = Autodiff<CpuBackend>;
 #[cfg(feature = "cuda")]
 pub type CudaAutodiff = Autodiff<burn::backend::Cuda>;
 
+/// The wgpu backend on Vulkan (SPIR-V compiler, fusion and autotune on), for training with
+/// autodiff.
+#[cfg(feature = "wgpu")]
+pub type WgpuAutodiff = Autodiff<burn::backend::Wgpu>;
+
 /// Which device the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DevicePreference {
-    /// CUDA device 0 when a driver and a device are found, the CPU otherwise.
+    /// CUDA device 0 when a driver and a device are found, else a hardware Vulkan adapter,
+    /// else the CPU.
     #[default]
     Auto,
     /// The CPU, always.
     Cpu,
     /// A CUDA device; an error when none can be used.
     Cuda,
+    /// A Vulkan adapter through wgpu, a software one (lavapipe) included; an error when none
+    /// can be used.
+    Wgpu,
 }
 
 impl FromStr for DevicePreference {
@@ -59,7 +74,10 @@ impl FromStr for DevicePreference {
             "auto" => Ok(Self::Auto),
             "cpu" | "flex" => Ok(Self::Cpu),
             "cuda" | "gpu" => Ok(Self::Cuda),
-            other => Err(format!("unknown device {other:?}: use auto, cpu or cuda")),
+            "wgpu" | "vulkan" => Ok(Self::Wgpu),
+            other => Err(format!(
+                "unknown device {other:?}: use auto, cpu, cuda or wgpu"
+            )),
         }
     }
 }
@@ -79,6 +97,36 @@ pub enum CudaStatus {
     },
 }
 
+/// Whether a Vulkan adapter can be used through wgpu, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VulkanStatus {
+    /// The best adapter found (hardware before software).
+    Available {
+        /// The adapter's name, as the driver reports it.
+        adapter: String,
+        /// What kind of device it is.
+        kind: AdapterKind,
+    },
+    /// No adapter can be used.
+    Unavailable {
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// The kind of a Vulkan adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AdapterKind {
+    /// A discrete GPU.
+    Discrete,
+    /// A GPU integrated with the CPU.
+    Integrated,
+    /// A virtualized GPU.
+    Virtual,
+    /// A driver that runs on the CPU (Mesa's lavapipe/llvmpipe, SwiftShader).
+    Software,
+}
+
 /// The device chosen, with the reason for the choice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
@@ -92,14 +140,25 @@ pub enum Selection {
         /// The CUDA device index.
         index: usize,
     },
+    /// A Vulkan adapter through wgpu (only ever returned when kiln is built with the `wgpu`
+    /// feature).
+    Wgpu {
+        /// The adapter's name.
+        adapter: String,
+        /// What kind of device it is.
+        kind: AdapterKind,
+        /// Why it was chosen.
+        reason: String,
+    },
 }
 
 impl Selection {
-    /// A short name: `cpu` or `cuda:N`.
+    /// A short name: `cpu`, `cuda:N` or `wgpu: ADAPTER`.
     pub fn name(&self) -> String {
         match self {
             Selection::Cpu { .. } => "cpu".to_owned(),
             Selection::Cuda { index } => format!("cuda:{index}"),
+            Selection::Wgpu { adapter, .. } => format!("wgpu: {adapter}"),
         }
     }
 
@@ -115,6 +174,12 @@ impl Selection {
             Selection::Cuda { .. } => {
                 unreachable!("select() never returns CUDA without the `cuda` feature")
             }
+            #[cfg(feature = "wgpu")]
+            Selection::Wgpu { kind, .. } => task.run::<WgpuAutodiff>(vulkan::device(*kind)),
+            #[cfg(not(feature = "wgpu"))]
+            Selection::Wgpu { .. } => {
+                unreachable!("select() never returns wgpu without the `wgpu` feature")
+            }
         }
     }
 }
@@ -124,6 +189,9 @@ impl fmt::Display for Selection {
         match self {
             Selection::Cpu { reason } => write!(f, "cpu (flex): {reason}"),
             Selection::Cuda { index } => write!(f, "cuda:{index}"),
+            Selection::Wgpu {
+                adapter, reason, ..
+            } => write!(f, "wgpu (Vulkan) on {adapter}: {reason}"),
         }
     }
 }
@@ -136,20 +204,69 @@ pub trait BackendTask {
     fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output;
 }
 
-/// Picks the device for a preference; only [`DevicePreference::Cuda`] can fail.
+/// Picks the device for a preference. [`DevicePreference::Cuda`] and
+/// [`DevicePreference::Wgpu`] fail when that device cannot be used; `Auto` and `Cpu` never
+/// fail, and the selection says why each faster choice was passed over.
 pub fn select(preference: DevicePreference) -> Result<Selection, String> {
-    let reason = match preference {
+    match preference {
         // Answered without probing: the CPU needs no driver, and `cuInit` can take seconds.
-        DevicePreference::Cpu => "requested".to_owned(),
-        DevicePreference::Auto | DevicePreference::Cuda => match cuda_status() {
-            CudaStatus::Available { .. } => return Ok(Selection::Cuda { index: 0 }),
-            CudaStatus::Unavailable { reason } if preference == DevicePreference::Cuda => {
-                return Err(format!("CUDA was requested but cannot be used: {reason}"));
+        DevicePreference::Cpu => Ok(Selection::Cpu {
+            reason: "requested".to_owned(),
+        }),
+        DevicePreference::Cuda => match cuda_status() {
+            CudaStatus::Available { .. } => Ok(Selection::Cuda { index: 0 }),
+            CudaStatus::Unavailable { reason } => {
+                Err(format!("CUDA was requested but cannot be used: {reason}"))
             }
-            CudaStatus::Unavailable { reason } => reason,
         },
-    };
-    Ok(Selection::Cpu { reason })
+        DevicePreference::Wgpu => match vulkan_status() {
+            VulkanStatus::Available { adapter, kind } => Ok(Selection::Wgpu {
+                adapter,
+                kind,
+                reason: "requested".to_owned(),
+            }),
+            VulkanStatus::Unavailable { reason } => Err(format!(
+                "wgpu (Vulkan) was requested but cannot be used: {reason}"
+            )),
+        },
+        DevicePreference::Auto => {
+            let cuda = match cuda_status() {
+                CudaStatus::Available { .. } => return Ok(Selection::Cuda { index: 0 }),
+                CudaStatus::Unavailable { reason } => reason,
+            };
+            let vulkan = match vulkan_status() {
+                VulkanStatus::Available { adapter, kind } if kind != AdapterKind::Software => {
+                    return Ok(Selection::Wgpu {
+                        adapter,
+                        kind,
+                        reason: format!("no CUDA: {cuda}"),
+                    });
+                }
+                VulkanStatus::Available { adapter, .. } => format!(
+                    "only a software Vulkan adapter ({adapter}), slower than flex on the same \
+                     CPU; ask for it with the `wgpu` device"
+                ),
+                VulkanStatus::Unavailable { reason } => reason,
+            };
+            Ok(Selection::Cpu {
+                reason: format!("no CUDA: {cuda}; no Vulkan GPU: {vulkan}"),
+            })
+        }
+    }
+}
+
+/// Looks for a Vulkan adapter (hardware before software) without starting Burn's wgpu runtime.
+pub fn vulkan_status() -> VulkanStatus {
+    #[cfg(feature = "wgpu")]
+    {
+        vulkan::probe()
+    }
+    #[cfg(not(feature = "wgpu"))]
+    {
+        VulkanStatus::Unavailable {
+            reason: "kiln was built without the `wgpu` feature".to_owned(),
+        }
+    }
 }
 
 /// Checks for a usable CUDA driver and devices without touching Burn's CUDA runtime.
@@ -162,6 +279,56 @@ pub fn cuda_status() -> CudaStatus {
     {
         CudaStatus::Unavailable {
             reason: "kiln was built without the `cuda` feature".to_owned(),
+        }
+    }
+}
+
+#[cfg(feature = "wgpu")]
+mod vulkan {
+    //! Vulkan adapters as wgpu enumerates them, without creating a device.
+
+    use burn::backend::wgpu::WgpuDevice;
+
+    use super::{AdapterKind, VulkanStatus};
+
+    pub(super) fn probe() -> VulkanStatus {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::VULKAN,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapters =
+            futures_lite::future::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN));
+        let best = adapters
+            .iter()
+            .map(|adapter| adapter.get_info())
+            .filter_map(|info| {
+                let kind = match info.device_type {
+                    wgpu::DeviceType::DiscreteGpu => AdapterKind::Discrete,
+                    wgpu::DeviceType::IntegratedGpu => AdapterKind::Integrated,
+                    wgpu::DeviceType::VirtualGpu => AdapterKind::Virtual,
+                    wgpu::DeviceType::Cpu => AdapterKind::Software,
+                    wgpu::DeviceType::Other => return None,
+                };
+                Some((kind, info.name))
+            })
+            .min_by_key(|(kind, _)| *kind as u8);
+        match best {
+            Some((kind, adapter)) => VulkanStatus::Available { adapter, kind },
+            None => VulkanStatus::Unavailable {
+                reason: "no Vulkan adapter found (install a Vulkan driver; Mesa's lavapipe \
+                         runs on the CPU)"
+                    .to_owned(),
+            },
+        }
+    }
+
+    /// The first adapter of that kind, as Burn's wgpu runtime numbers them.
+    pub(super) fn device(kind: AdapterKind) -> WgpuDevice {
+        match kind {
+            AdapterKind::Discrete => WgpuDevice::DiscreteGpu(0),
+            AdapterKind::Integrated => WgpuDevice::IntegratedGpu(0),
+            AdapterKind::Virtual => WgpuDevice::VirtualGpu(0),
+            AdapterKind::Software => WgpuDevice::Cpu,
         }
     }
 }
@@ -232,19 +399,38 @@ mod tests {
     }
 
     #[test]
-    fn auto_never_fails_and_cuda_fails_only_with_a_reason() {
+    fn selection_tries_cuda_then_wgpu_then_cpu_and_explains() {
         let auto = select(DevicePreference::Auto).unwrap();
-        match cuda_status() {
-            CudaStatus::Available { .. } => assert_eq!(auto.name(), "cuda:0"),
-            CudaStatus::Unavailable { reason } => {
-                assert_eq!(
-                    auto,
-                    Selection::Cpu {
-                        reason: reason.clone()
-                    }
-                );
-                let error = select(DevicePreference::Cuda).unwrap_err();
+        let cuda = cuda_status();
+        let vulkan = vulkan_status();
+        match (&cuda, &vulkan) {
+            (CudaStatus::Available { .. }, _) => assert_eq!(auto.name(), "cuda:0"),
+            (
+                CudaStatus::Unavailable { .. },
+                VulkanStatus::Available {
+                    adapter,
+                    kind: AdapterKind::Discrete | AdapterKind::Integrated | AdapterKind::Virtual,
+                },
+            ) => assert_eq!(auto.name(), format!("wgpu: {adapter}")),
+            (CudaStatus::Unavailable { reason }, _) => {
+                let Selection::Cpu { reason: why } = &auto else {
+                    panic!("expected the CPU, got {auto}");
+                };
+                assert!(why.contains(reason.as_str()), "{why}");
+            }
+        }
+        if let CudaStatus::Unavailable { reason } = cuda {
+            let error = select(DevicePreference::Cuda).unwrap_err();
+            assert!(error.contains(&reason), "{error}");
+        }
+        match vulkan {
+            VulkanStatus::Unavailable { reason } => {
+                let error = select(DevicePreference::Wgpu).unwrap_err();
                 assert!(error.contains(&reason), "{error}");
+            }
+            VulkanStatus::Available { adapter, .. } => {
+                let chosen = select(DevicePreference::Wgpu).unwrap();
+                assert_eq!(chosen.name(), format!("wgpu: {adapter}"));
             }
         }
     }
@@ -253,6 +439,8 @@ mod tests {
     fn preferences_parse() {
         assert_eq!("CPU".parse(), Ok(DevicePreference::Cpu));
         assert_eq!("cuda".parse(), Ok(DevicePreference::Cuda));
+        assert_eq!("wgpu".parse(), Ok(DevicePreference::Wgpu));
+        assert_eq!("Vulkan".parse(), Ok(DevicePreference::Wgpu));
         assert!("tpu".parse::<DevicePreference>().is_err());
     }
 }

@@ -6,12 +6,13 @@
 //! | feature | module | crate |
 //! |---|---|---|
 //! | `core` | [`core`] | `kiln-core`: the shared traits |
-//! | `backend` | [`backend`] | Burn backend selection (flex on the CPU, CUDA when present) |
+//! | `backend` | [`backend`] | Burn backend selection (CUDA, a Vulkan GPU, or flex on the CPU) |
 //! | `sampler` | [`sampler`] | `kiln-sampler`: block shuffle, sharding, resume |
 //! | `data` | [`data`] | `kiln-data`: Parquet source, caches, loader |
 //! | `train` | [`train`] | `kiln-train`: the training loop |
 //! | `metrics` | [`metrics`] | `kiln-metrics`: trajectory metrics |
 //! | `cuda` | — | Burn's CUDA backend with fusion and autotune |
+//! | `wgpu` | — | Burn's wgpu backend on Vulkan with fusion and autotune (GPUs, or lavapipe on the CPU) |
 //!
 //! ```
 //! use kiln::core::{BlockLayout, Fingerprint, Layout};

@@ -79,7 +79,7 @@ struct Args {
     /// Seed of the data, the weights and the shuffle.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Compute device: auto, cpu or cuda.
+    /// Compute device: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
     #[arg(long, default_value = "auto")]
     device: DevicePreference,
     /// Keep the dataset and cache here (reused by later runs) instead of a temporary directory.
@@ -248,7 +248,7 @@ impl BackendTask for Quickstart {
                 };
                 let row = EpochFigures {
                     epoch,
-                    train_loss: trainer.last_loss().unwrap_or(f64::NAN),
+                    train_loss: trainer.last_loss()?.unwrap_or(f64::NAN),
                     min_ade: value(MODES, |r| r.min_ade),
                     min_fde: value(MODES, |r| r.min_fde),
                     miss_rate: value(MODES, |r| r.miss_rate),

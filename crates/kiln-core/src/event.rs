@@ -75,8 +75,10 @@ pub struct StepReport {
     pub step: u64,
     /// Applied or skipped.
     pub outcome: StepOutcome,
-    /// The unscaled loss, averaged over the step's micro-batches.
-    pub loss: f64,
+    /// The unscaled loss, averaged over the step's micro-batches, when this step read it back
+    /// to the host (every f16 step; f32 and bf16 steps only when asked to, since a readback
+    /// stalls the host until the device has finished the step).
+    pub loss: Option<f64>,
     /// The loss scale used for this step, when dynamic loss scaling is on.
     pub loss_scale: Option<f64>,
     /// The global gradient norm before clipping, when it was computed.

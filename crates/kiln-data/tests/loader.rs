@@ -556,20 +556,20 @@ impl<B: Backend> Batcher<B, (i64, f32), Tensor<B, 1>> for XBatcher {
     }
 }
 
-#[test]
-fn any_burn_batcher_collates() {
+/// Workers build device tensors with a Burn batcher, in plan order.
+fn burn_batcher_collates_on<B: Backend>(device: B::Device) {
     let data = tempfile::tempdir().unwrap();
     write_dataset(data.path(), &[9, 5], 4);
     let source = ParquetSource::builder()
         .dir(data.path())
         .build_with(pair_decoder())
         .unwrap();
-    let collate = BurnCollate::<Flex, _, Tensor<Flex, 1>>::new(XBatcher, Default::default());
+    let collate = BurnCollate::<B, _, Tensor<B, 1>>::new(XBatcher, device.clone());
     let loader = Loader::new(source, collate, LoaderConfig::new().with_workers(2)).unwrap();
     let plan = InOrderSampler::new(6)
         .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
         .unwrap();
-    let tensors: Vec<Tensor<Flex, 1>> = loader
+    let tensors: Vec<Tensor<B, 1>> = loader
         .epoch(plan)
         .unwrap()
         .collect::<Result<_, _>>()
@@ -581,6 +581,20 @@ fn any_burn_batcher_collates() {
         .collect();
     let expected: Vec<f32> = (0..14).map(|id| id as f32 / 2.0).collect();
     assert_eq!(values, expected);
+}
+
+#[test]
+fn any_burn_batcher_collates() {
+    burn_batcher_collates_on::<Flex>(Default::default());
+}
+
+/// The GPU-style tier: the same on Burn's wgpu backend (a Vulkan adapter, lavapipe in CI).
+#[cfg(feature = "wgpu")]
+#[test]
+fn any_burn_batcher_collates_on_wgpu() {
+    if let Some(device) = kiln_testkit::wgpu_device() {
+        burn_batcher_collates_on::<burn::backend::Wgpu>(device);
+    }
 }
 
 #[test]

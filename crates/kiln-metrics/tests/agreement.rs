@@ -206,6 +206,25 @@ proptest! {
 }
 
 /// The predictions `start..end` of a case.
+/// The GPU-style tier: the tensor path on Burn's wgpu backend (a Vulkan adapter, lavapipe in
+/// CI) agrees with the host path. Fewer cases: every new shape compiles kernels.
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(12))]
+
+        #[test]
+        fn host_and_wgpu_tensor_paths_agree((config, case) in config_and_case()) {
+            let Some(device) = kiln_testkit::wgpu_device() else { return Ok(()) };
+            let host = case.host(&config).unwrap();
+            let tensor = case.tensor_on::<burn::backend::Wgpu>(&config, &device).unwrap();
+            assert_reports_close(&host, &tensor, PATH_TOLERANCE);
+        }
+    }
+}
+
 fn slice_units(case: &Case, joint: usize, start: usize, end: usize) -> Case {
     let BatchShape { modes, steps, .. } = case.shape;
     let (a, b) = (start * joint, end * joint);

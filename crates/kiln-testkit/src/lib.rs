@@ -8,7 +8,9 @@
 //! - [`RecordingObserver`]: an [`Observer`](kiln_core::Observer) that keeps every event;
 //! - [`InOrderSampler`]: a [`Sampler`](kiln_core::Sampler) that follows the layout order and
 //!   shards by kiln's rule;
-//! - [`MeanMetric`]: a sum/count [`Metric`](kiln_core::Metric).
+//! - [`MeanMetric`]: a sum/count [`Metric`](kiln_core::Metric);
+//! - `wgpu_device()` (feature `wgpu`): the Vulkan device of the GPU-style test tier, a skip
+//!   or (with `KILN_REQUIRE_GPU=1`) a failure when there is none.
 //!
 //! ```
 //! use kiln_core::{BlockLayout, BlockSource, PlanRequest, Sampler};
@@ -24,8 +26,12 @@ mod in_order_sampler;
 mod mean_metric;
 mod memory_source;
 mod recording_observer;
+#[cfg(feature = "wgpu")]
+mod wgpu_device;
 
 pub use in_order_sampler::InOrderSampler;
 pub use mean_metric::MeanMetric;
 pub use memory_source::{MemorySource, MemorySourceError};
 pub use recording_observer::RecordingObserver;
+#[cfg(feature = "wgpu")]
+pub use wgpu_device::{REQUIRE_GPU, vulkan_adapter, wgpu_device};

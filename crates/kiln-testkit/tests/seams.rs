@@ -131,7 +131,7 @@ fn an_observer_records_a_scripted_sequence_of_events() {
         Event::Step(StepReport {
             step: 1,
             outcome: StepOutcome::Skipped(SkipReason::NonFiniteGradients),
-            loss: 0.5,
+            loss: Some(0.5),
             loss_scale: Some(32768.0),
             grad_norm: None,
             learning_rate: 1e-3,

@@ -11,8 +11,10 @@ use burn::tensor::backend::AutodiffBackend;
 use kiln_core::Position;
 
 use crate::checkpoint_file::{read_sections, write_sections};
+use crate::clipping::read_scalar;
 use crate::param_shapes::{first_shape_difference, param_shapes};
 use crate::rng::{RngState, rng_from_state, rng_state};
+use crate::trainer::LastLoss;
 use crate::{Counters, Error, LossScalerState, Result, TrainStep, Trainer, TrainerConfig};
 
 /// Burn's named MessagePack in memory, f32 kept as f32: exact, and it reports decode errors
@@ -61,7 +63,15 @@ where
             counters: self.counters,
             loss_scaler: self.scaler.as_ref().map(|scaler| scaler.state()),
             host_rng: rng_state(&self.host_rng),
-            last_loss: self.last_loss,
+            // A checkpoint reads the whole model back anyway; the loss is one value more.
+            last_loss: match &self.last_loss {
+                None => None,
+                Some(LastLoss::Read(value)) => Some(*value),
+                Some(LastLoss::OnDevice(tensor)) => Some(read_scalar(
+                    tensor.clone(),
+                    "the checkpoint's readback of the last loss",
+                )?),
+            },
             config: self.config.clone(),
         };
         let state = serde_json::to_vec_pretty(&state).map_err(|error| Error::CheckpointFormat {
@@ -167,7 +177,7 @@ where
         self.host_rng = rng_from_state(&state.host_rng);
         self.counters = state.counters;
         self.position = state.position;
-        self.last_loss = state.last_loss;
+        self.last_loss = state.last_loss.map(LastLoss::Read);
         self.window = Default::default();
         self.epoch_started = state.position.consumed > 0 || state.counters.epoch_batches > 0;
         Ok(self.position)

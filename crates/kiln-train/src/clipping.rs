@@ -87,6 +87,32 @@ pub fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
     module.visit(&mut visitor);
 }
 
+/// The factor that unscales by `unscale` and clips to a global norm of `max_norm`, computed on
+/// the device from the squared norm of the scaled gradients, with no host sync:
+/// `unscale * min(1, max_norm / (sqrt(squared) * unscale + 1e-6))`.
+pub(crate) fn clip_factor_on_device<B: Backend>(
+    squared: Tensor<B, 1>,
+    unscale: f64,
+    max_norm: f64,
+) -> Tensor<B, 1> {
+    let norm = squared.sqrt().mul_scalar(unscale);
+    norm.add_scalar(CLIP_NORM_EPS)
+        .recip()
+        .mul_scalar(max_norm)
+        .clamp_max(1.0)
+        .mul_scalar(unscale)
+}
+
+/// Multiplies every gradient by a one-element device tensor (no host sync).
+pub(crate) fn scale_grads_by<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &mut GradientsParams,
+    factor: Tensor<B::InnerBackend, 1>,
+) {
+    let mut visitor = ScaleGradsBy::<B> { grads, factor };
+    module.visit(&mut visitor);
+}
+
 /// The global L2 norm of `module`'s gradients, read back to the host (one sync).
 pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
@@ -162,6 +188,22 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for ScaleGrads<'_, B> {
             grad = grad.clamp(-max_abs, max_abs);
         }
         self.grads.register::<B::InnerBackend, D>(param.id, grad);
+    }
+}
+
+struct ScaleGradsBy<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    factor: Tensor<B::InnerBackend, 1>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for ScaleGradsBy<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let factor = self.factor.clone().cast(grad.dtype()).reshape([1usize; D]);
+        self.grads
+            .register::<B::InnerBackend, D>(param.id, grad.mul(factor));
     }
 }
 

@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use crate::{Error, GradientClipping, LossScalerConfig, Precision, Result, SkipWarningConfig};
+use crate::{
+    Error, GradientClipping, LossScalerConfig, Precision, PrecisionPolicy, Result,
+    SkipWarningConfig,
+};
 
 /// What the accumulated gradient of one optimizer step is divided by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -96,6 +99,9 @@ pub struct TrainerConfig {
     pub num_epochs: u64,
     /// Precision of forward and backward. Default [`Precision::F32`].
     pub precision: Precision,
+    /// Which modules keep f32 weights under mixed precision. Default: Burn's normalization
+    /// layers (and, always, modules with running statistics).
+    pub precision_policy: PrecisionPolicy,
     /// The f16 loss scaler (used by [`Precision::F16Mixed`] only). Default PyTorch's settings.
     pub loss_scaler: LossScalerConfig,
     /// Micro-batches per optimizer step (gradient accumulation). Default 1.
@@ -105,12 +111,17 @@ pub struct TrainerConfig {
     pub loss_normalization: LossNormalization,
     /// Clipping after unscaling. Default none.
     pub clipping: Option<GradientClipping>,
-    /// Compute the global gradient norm every step (for reports and the inf/NaN check of the
-    /// gradients) even without norm clipping, a loss scaler or anomaly detection, which compute
-    /// it anyway. It rides on the step's one readback but costs a pass over every gradient.
-    /// Without it a step is still skipped when its loss is not finite. Default false; the
-    /// `balanced`, `reproducible` and `ci` presets turn it on.
+    /// Compute the global gradient norm and read it back with the loss every step (for reports
+    /// and the inf/NaN check of the gradients, which then skips a non-finite step). One host
+    /// readback per optimizer step. Default false; the `balanced`, `reproducible` and `ci`
+    /// presets turn it on.
     pub track_grad_norm: bool,
+    /// Read the loss back to the host every this many optimizer steps (it then appears in
+    /// [`StepReport::loss`](kiln_core::StepReport::loss)); 0 reads it only when asked
+    /// ([`Trainer::last_loss`](crate::Trainer::last_loss)). A readback makes the host wait for
+    /// the device, so f32 and bf16 steps do none by default; f16 steps read loss and gradient
+    /// norm back every step anyway, for the loss scaler. Default 0.
+    pub read_loss_every: u64,
     /// Check the loss of every micro-batch and the gradients of every step, and stop with an
     /// error naming the step on NaN or inf (one extra host sync per micro-batch). Default false.
     pub detect_anomalies: bool,
@@ -149,11 +160,13 @@ impl Default for TrainerConfig {
         Self {
             num_epochs: 1,
             precision: Precision::F32,
+            precision_policy: PrecisionPolicy::default(),
             loss_scaler: LossScalerConfig::default(),
             accumulation_steps: 1,
             loss_normalization: LossNormalization::MicroBatches,
             clipping: None,
             track_grad_norm: false,
+            read_loss_every: 0,
             detect_anomalies: false,
             seed: 0,
             reseed_every_step: false,
@@ -190,6 +203,10 @@ setters! {
     with_num_epochs: num_epochs: u64;
     /// Sets [`precision`](Self::precision).
     with_precision: precision: Precision;
+    /// Sets [`precision_policy`](Self::precision_policy).
+    with_precision_policy: precision_policy: PrecisionPolicy;
+    /// Sets [`read_loss_every`](Self::read_loss_every).
+    with_read_loss_every: read_loss_every: u64;
     /// Sets [`loss_scaler`](Self::loss_scaler).
     with_loss_scaler: loss_scaler: LossScalerConfig;
     /// Sets [`accumulation_steps`](Self::accumulation_steps).

@@ -17,6 +17,12 @@ pub struct Counters {
     pub epoch_steps: u64,
     /// Micro-batches trained on in the current epoch.
     pub epoch_batches: u64,
+    /// Device-to-host readbacks the trainer made (each one stalls the host until the device has
+    /// caught up): one per f16 optimizer step, none per f32 or bf16 step with the default
+    /// settings. Phase-timing syncs and checkpoints (which read the whole model) are not
+    /// counted.
+    #[serde(default)]
+    pub readbacks: u64,
 }
 
 /// What one call of [`Trainer::train_batch`](crate::Trainer::train_batch) did.

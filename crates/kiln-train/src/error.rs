@@ -24,7 +24,7 @@ pub enum Error {
     },
     /// The device cannot run the requested precision.
     #[error(
-        "precision {precision} needs {dtype} tensors, which backend {backend} does not support on this device"
+        "precision {precision} needs {dtype} tensors, which device {device} (backend {backend}) does not support; use another precision or device"
     )]
     UnsupportedPrecision {
         /// The precision asked for.
@@ -33,6 +33,26 @@ pub enum Error {
         dtype: String,
         /// The backend's name.
         backend: String,
+        /// The device, as Burn prints it.
+        device: String,
+    },
+    /// The forward pass of a mixed-precision step panicked (Burn panics on mixed dtypes).
+    #[error(
+        "optimizer step {step}, micro-batch {micro_batch}: the forward pass panicked under {precision}: {message}. \
+         If this is a dtype mismatch, a layer kept in f32 by the precision policy (normalization layers, \
+         modules with running statistics, the names in `precision_policy.keep_f32`) received a \
+         low-precision input: call it through `autocast.keep_f32(x, |x| layer.forward(x))`, or cast \
+         inputs with `autocast.input` and outputs with `autocast.full`"
+    )]
+    ForwardPanicked {
+        /// The optimizer step.
+        step: u64,
+        /// The micro-batch within its window.
+        micro_batch: u32,
+        /// The precision the step ran in.
+        precision: crate::Precision,
+        /// The panic's message.
+        message: String,
     },
     /// The step function returned a loss that is not a single value.
     #[error(

@@ -121,10 +121,12 @@ where
             on_epoch_end(self, epoch)?;
             self.checkpoint_if_due(true)?;
         }
+        // The one readback `fit` adds: the summary's loss, once per call.
+        let last_loss = self.last_loss()?;
         Ok(FitSummary {
             counters: self.counters,
             position: self.position,
-            last_loss: self.last_loss,
+            last_loss,
             reached_max_steps,
         })
     }

@@ -11,10 +11,13 @@
 //!
 //! - **Mixed precision** ([`Precision`]): f32 master weights and optimizer state; forward and
 //!   backward on an f16 or bf16 copy whose casts are in the autodiff graph, so gradients arrive
-//!   in f32. f16 uses a [`DynamicLossScaler`] with PyTorch's defaults and semantics.
-//! - **One readback per optimizer step**: unscale, a single inf/NaN check read back to the
-//!   host, clip, then step or skip. A skipped step does not advance the LR scheduler; every
-//!   outcome is a kiln-core [`Event::Step`](kiln_core::Event::Step).
+//!   in f32. f16 uses a [`DynamicLossScaler`] with PyTorch's defaults and semantics. A
+//!   [`PrecisionPolicy`] keeps normalization layers, modules with running statistics and named
+//!   modules in f32, so the master stays f32 throughout.
+//! - **No host readback in f32 and bf16** by default (norm clipping runs on the device; the
+//!   loss is read when asked for), **one in f16**: unscale, a single inf/NaN check, clip, then
+//!   step or skip. A skipped step does not advance the LR scheduler; every outcome is a
+//!   kiln-core [`Event::Step`](kiln_core::Event::Step).
 //! - **Accumulation** over K micro-batches divides by the micro-batches actually in the
 //!   window (or by item count), flushes the last partial window of an epoch with its own
 //!   count, and steps the scheduler once per optimizer step.
@@ -90,6 +93,7 @@ mod module_cast;
 mod observers;
 mod param_shapes;
 mod precision;
+mod precision_policy;
 mod preset;
 mod progress;
 mod rng;
@@ -111,7 +115,8 @@ pub use error::{Error, Result};
 pub use loss_scaler::{DynamicLossScaler, LossScalerConfig, LossScalerState};
 pub use module_cast::{cast_module, materialize};
 pub use precision::{Autocast, Precision};
-pub use preset::{Preset, RuntimeSettings};
+pub use precision_policy::{NORM_LAYERS, PrecisionPolicy};
+pub use preset::Preset;
 pub use progress::ProgressObserver;
 pub use rng::{RngState, step_seed};
 pub use skip_monitor::{SkipMonitor, SkipWarning, SkipWarningConfig};

@@ -69,6 +69,7 @@ impl Precision {
                 precision: self,
                 dtype: format!("{dtype:?}"),
                 backend: B::name(device),
+                device: format!("{device:?}"),
             })
         }
     }
@@ -147,6 +148,35 @@ impl Autocast {
     /// when it already is f32).
     pub fn full<B: Backend, const D: usize>(&self, tensor: Tensor<B, D>) -> Tensor<B, D> {
         tensor.cast(FloatDType::F32)
+    }
+
+    /// Runs a layer that the [`PrecisionPolicy`](crate::PrecisionPolicy) keeps in f32 (a
+    /// normalization layer, a module with running statistics, a module named in
+    /// `keep_f32`): casts `input` to f32, runs `layer`, and casts its output back to the
+    /// compute dtype so the layers after it see what they expect. A plain call in f32 mode.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::nn::LayerNormConfig;
+    /// use burn::tensor::{DType, Tensor};
+    /// use kiln_train::{Autocast, Precision};
+    ///
+    /// let device = Default::default();
+    /// let norm = LayerNormConfig::new(3).init::<Flex>(&device); // its weights stay f32
+    /// let autocast = Autocast::new(Precision::F16Mixed);
+    /// let hidden = autocast.input(Tensor::<Flex, 2>::ones([2, 3], &device));
+    /// let normalized = autocast.keep_f32(hidden, |x| norm.forward(x));
+    /// assert_eq!(normalized.dtype(), DType::F16);
+    /// ```
+    pub fn keep_f32<B: Backend, const D: usize, const E: usize>(
+        &self,
+        input: Tensor<B, D>,
+        layer: impl FnOnce(Tensor<B, D>) -> Tensor<B, E>,
+    ) -> Tensor<B, E> {
+        if !self.precision.is_mixed() {
+            return layer(input);
+        }
+        layer(input.cast(FloatDType::F32)).cast(self.compute_dtype())
     }
 }
 

@@ -1,12 +1,15 @@
-//! Presets: named starting points for the trainer's settings and the runtime around it.
+//! Presets: named starting points for the trainer's settings.
 //!
-//! | preset | trainer settings | Burn features | runtime |
-//! |---|---|---|---|
-//! | `max_speed` | bf16-mixed (f16 + scaler, then f32, where unsupported), no grad-norm tracking, no anomaly checks, no syncs beyond the one readback per step | `cuda` (= Burn `cuda` + `fusion` + `autotune`) | autotune level `balanced`; as many loader workers as cores |
-//! | `reproducible` | f32, backend reseeded every step from (seed, step), fixed seed, grad-norm tracking | `cuda` with fusion; autotune pinned | autotune level `minimal` (the same kernels every run); one loader worker or kiln's deterministic loader |
-//! | `balanced` | bf16-mixed (with the same fallback), grad-norm tracking | `cuda` | defaults |
-//! | `debug` | f32, NaN/inf check of every loss and step (error naming the step), synced phase timing, overfits the first 4 batches of epoch 0 for 20 epochs | none needed (flex) | autotune level `minimal`; one loader worker |
-//! | `ci` | f32, one epoch of 4 batches, 2 validation batches, no checkpoints, reseeded every step, grad-norm tracking | none (flex) | CPU only |
+//! | preset | trainer settings |
+//! |---|---|
+//! | `max_speed` | bf16-mixed (f16 + scaler, then f32, where unsupported), no grad-norm tracking, no anomaly checks, no host readback in bf16 and f32 |
+//! | `reproducible` | f32, backend reseeded every step from (seed, step), fixed seed, grad-norm tracking |
+//! | `balanced` | bf16-mixed (with the same fallback), grad-norm tracking |
+//! | `debug` | f32, NaN/inf check of every loss and step (error naming the step), synced phase timing, overfits the first 4 batches of epoch 0 for 20 epochs |
+//! | `ci` | f32, one epoch of 4 batches, 2 validation batches, no checkpoints, reseeded every step, grad-norm tracking |
+//!
+//! What lies outside the trainer (cargo features, CubeCL's autotune level, loader workers) is
+//! described per preset in `docs/training.md`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -29,24 +32,6 @@ pub enum Preset {
     Debug,
     /// A handful of batches on the CPU, no checkpoints: proves the loop runs.
     Ci,
-}
-
-/// What a preset asks of the build and the process around the trainer; the trainer cannot set
-/// these itself (features are chosen at compile time, environment variables must be set before
-/// the backend starts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuntimeSettings {
-    /// kiln cargo features to build with (`cuda` turns on Burn's `cuda`, `fusion` and
-    /// `autotune`: the analogues of a CUDA build, `torch.compile` and `cudnn.benchmark`).
-    pub cargo_features: &'static [&'static str],
-    /// Run on the flex CPU backend even when a GPU is present.
-    pub cpu_only: bool,
-    /// Value for `CUBECL_AUTOTUNE_LEVEL` (`minimal`, `balanced`, `extensive`, `full`); `None`
-    /// keeps CubeCL's default (`balanced`).
-    pub autotune_level: Option<&'static str>,
-    /// Use one loader worker (Burn's multi-worker `DataLoader` delivers batches in arrival
-    /// order, which is not deterministic; kiln's loader is deterministic with any count).
-    pub single_loader_worker: bool,
 }
 
 impl Preset {
@@ -99,42 +84,6 @@ impl Preset {
         let mut config = self.config();
         config.precision = supported_precision::<B>(config.precision, device);
         config
-    }
-
-    /// What the preset expects of the build and the process.
-    pub fn runtime(self) -> RuntimeSettings {
-        match self {
-            Preset::MaxSpeed => RuntimeSettings {
-                cargo_features: &["cuda"],
-                cpu_only: false,
-                autotune_level: Some("balanced"),
-                single_loader_worker: false,
-            },
-            Preset::Reproducible => RuntimeSettings {
-                cargo_features: &["cuda"],
-                cpu_only: false,
-                autotune_level: Some("minimal"),
-                single_loader_worker: true,
-            },
-            Preset::Balanced => RuntimeSettings {
-                cargo_features: &["cuda"],
-                cpu_only: false,
-                autotune_level: None,
-                single_loader_worker: false,
-            },
-            Preset::Debug => RuntimeSettings {
-                cargo_features: &[],
-                cpu_only: false,
-                autotune_level: Some("minimal"),
-                single_loader_worker: true,
-            },
-            Preset::Ci => RuntimeSettings {
-                cargo_features: &[],
-                cpu_only: true,
-                autotune_level: None,
-                single_loader_worker: true,
-            },
-        }
     }
 }
 
@@ -200,7 +149,6 @@ mod tests {
         assert_eq!(debug.precision, Precision::F32);
         let ci = Preset::Ci.config();
         assert!(ci.checkpoint.is_none() && ci.max_batches_per_epoch == Some(4));
-        assert!(Preset::Ci.runtime().cpu_only);
         assert!(Preset::Reproducible.config().reseed_every_step);
         assert_eq!(Preset::MaxSpeed.config().precision, Precision::Bf16Mixed);
     }

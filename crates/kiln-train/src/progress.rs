@@ -17,7 +17,7 @@ use kiln_core::{Event, Observer, StepOutcome};
 /// progress.on_event(&Event::Step(StepReport {
 ///     step: 1,
 ///     outcome: StepOutcome::Applied,
-///     loss: 0.5,
+///     loss: Some(0.5),
 ///     loss_scale: Some(65536.0),
 ///     grad_norm: Some(1.0),
 ///     learning_rate: 1e-3,
@@ -27,7 +27,12 @@ use kiln_core::{Event, Observer, StepOutcome};
 pub struct ProgressObserver {
     bar: ProgressBar,
     samples: AtomicU64,
+    /// The bits of the last loss a step read back (`NO_LOSS` before any): steps that read
+    /// nothing back keep showing it.
+    last_loss_bits: AtomicU64,
 }
+
+const NO_LOSS: u64 = f64::NAN.to_bits();
 
 impl ProgressObserver {
     /// A bar on stderr when it is a terminal, hidden otherwise (indicatif checks).
@@ -49,6 +54,7 @@ impl ProgressObserver {
         Self {
             bar,
             samples: AtomicU64::new(0),
+            last_loss_bits: AtomicU64::new(NO_LOSS),
         }
     }
 
@@ -110,9 +116,16 @@ impl Observer for ProgressObserver {
                     StepOutcome::Applied => "",
                     StepOutcome::Skipped(_) => " (skipped)",
                 };
+                if let Some(loss) = report.loss {
+                    self.last_loss_bits.store(loss.to_bits(), Ordering::Relaxed);
+                }
+                let loss = match self.last_loss_bits.load(Ordering::Relaxed) {
+                    NO_LOSS => String::new(),
+                    bits => format!("loss {:.4} ", f64::from_bits(bits)),
+                };
                 self.bar.set_message(format!(
-                    "loss {:.4} lr {:.2e}{scale} {rate:.0} samples/s{skipped}",
-                    report.loss, report.learning_rate
+                    "{loss}lr {:.2e}{scale} {rate:.0} samples/s{skipped}",
+                    report.learning_rate
                 ));
                 self.bar.set_position(report.step);
             }

@@ -1,17 +1,22 @@
 //! One micro-batch (forward, backward, accumulate) and one optimizer step (unscale, check,
-//! clip, step or skip).
+//! clip, step or skip), with a host readback only where one is needed.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::module::AutodiffModule;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{FloatDType, Transaction};
+use burn::tensor::{FloatDType, Tensor, Transaction};
 use kiln_core::{Event, Phase, SkipReason, StepOutcome, StepReport};
 
-use crate::clipping::{clip_coefficient, read_scalar, scale_grads, squared_grad_norm};
+use crate::clipping::{
+    clip_coefficient, clip_factor_on_device, read_scalar, scale_grads, scale_grads_by,
+    squared_grad_norm,
+};
+use crate::trainer::LastLoss;
 use crate::{
-    BatchOutcome, Error, GradientClipping, LossNormalization, Result, TrainStep, Trainer,
-    cast_module, rng,
+    BatchOutcome, Error, GradientClipping, LossNormalization, Result, TrainStep, Trainer, rng,
 };
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -51,14 +56,26 @@ where
         self.observers.end::<B>(started, &self.device)?;
 
         let started = self.observers.start(Phase::Forward, step);
-        let output = if self.autocast.precision().is_mixed() {
-            let copy = cast_module(model.clone(), self.autocast.compute_dtype());
-            copy.step(batch, &self.autocast)
-        } else {
-            model.step(batch, &self.autocast)
+        let output = match &self.cast_plan {
+            Some(plan) => {
+                let copy = plan.cast(model.clone(), self.autocast.compute_dtype());
+                let autocast = self.autocast;
+                // Burn panics on mixed dtypes; under mixed precision that usually means a layer
+                // kept in f32 got a low-precision input, which the error can explain.
+                catch_unwind(AssertUnwindSafe(|| copy.step(batch, &autocast))).map_err(|panic| {
+                    Error::ForwardPanicked {
+                        step,
+                        micro_batch,
+                        precision: autocast.precision(),
+                        message: panic_message(panic.as_ref()),
+                    }
+                })
+            }
+            None => Ok(model.step(batch, &self.autocast)),
         };
         // End the phase before any check can return, so observers never see it left open.
         self.observers.end::<B>(started, &self.device)?;
+        let output = output?;
         let shape = output.loss.dims();
         if shape != [1] {
             return Err(Error::LossShape {
@@ -77,6 +94,7 @@ where
 
         let detached = loss.clone().detach().inner();
         if self.config.detect_anomalies {
+            self.counters.readbacks += 1;
             let value = read_scalar(detached.clone(), "the anomaly check of the loss")?;
             if !value.is_finite() {
                 return Err(Error::NonFiniteLoss {
@@ -145,8 +163,8 @@ where
         Ok(flushed)
     }
 
-    /// Unscale and normalize, one readback, inf/NaN check, clip, then step (and advance the
-    /// scheduler) or skip (and leave it), update the loss scale, report.
+    /// Unscale and normalize, read back where needed (then check for inf/NaN), clip, then step
+    /// (and advance the scheduler) or skip (and leave it), update the loss scale, report.
     fn optimizer_step(&mut self) -> Result<StepReport> {
         let step = self.counters.optimizer_steps + 1;
         // Checked before the window is taken, so an error leaves it (and the phases) intact.
@@ -177,60 +195,17 @@ where
         };
         let loss_scale = self.scaler.as_ref().map(|scaler| scaler.scale());
         let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
-        let mut grads = window.grads.unwrap_or_default();
-
-        let needs_norm = self.scaler.is_some()
-            || matches!(self.config.clipping, Some(GradientClipping::Norm { .. }))
-            || self.config.detect_anomalies
-            || self.config.track_grad_norm;
-        let squared = if needs_norm {
-            squared_grad_norm::<B, M>(self.model(), &grads)
-        } else {
-            None
-        };
+        let grads = window.grads.unwrap_or_default();
         let loss_sum = window
             .loss_sum
             .expect("an optimizer step runs only on a window with micro-batches");
-        let (loss_sum, squared_scaled) = read_back(loss_sum, squared)?;
-        let loss = loss_sum / divisor;
-        let grad_norm = squared_scaled.map(|squared| squared.sqrt() * unscale);
-        // The loss is read back anyway, so checking it is free; the gradients are checked
-        // through their norm whenever it is computed.
-        let finite = loss.is_finite() && squared_scaled.is_none_or(f64::is_finite);
-
-        let outcome = if finite {
-            let (factor, max_abs) = match self.config.clipping {
-                Some(GradientClipping::Norm { max_norm }) => (
-                    unscale * clip_coefficient(grad_norm.unwrap_or(0.0), max_norm),
-                    None,
-                ),
-                Some(GradientClipping::Value { max_abs }) => (unscale, Some(max_abs)),
-                None => (unscale, None),
-            };
-            let model = self
-                .model
-                .take()
-                .expect("the model is present between steps");
-            scale_grads::<B, M>(&model, &mut grads, factor, max_abs);
-            let learning_rate = self.scheduler.step();
-            self.model = Some(self.optim.step(learning_rate, model, grads));
-            (StepOutcome::Applied, learning_rate)
+        let outcome = if self.reads_back(step) {
+            self.step_with_readback(step, grads, loss_sum, divisor, unscale)?
         } else {
-            if self.scaler.is_none() && self.config.detect_anomalies {
-                return Err(Error::NonFiniteGradients {
-                    step,
-                    epoch: self.position.epoch,
-                    squared_norm: squared_scaled.unwrap_or(f64::NAN),
-                });
-            }
-            // The scheduler must not advance: report the rate it would have given.
-            let learning_rate = self.scheduler.clone().step();
-            (
-                StepOutcome::Skipped(SkipReason::NonFiniteGradients),
-                learning_rate,
-            )
+            self.step_on_device(grads, loss_sum, divisor, unscale)
         };
-        let skipped = !matches!(outcome.0, StepOutcome::Applied);
+
+        let skipped = !matches!(outcome.outcome, StepOutcome::Applied);
         let scale_after = self.scaler.as_mut().map(|scaler| scaler.update(skipped));
         if let Some(warning) = self.monitor.record(skipped, scale_after) {
             log::warn!("kiln-train: at optimizer step {step}: {warning}");
@@ -243,17 +218,147 @@ where
         } else {
             self.counters.applied_steps += 1;
         }
-        self.last_loss = Some(loss);
-        let report = StepReport {
+        Ok(StepReport {
             step,
-            outcome: outcome.0,
-            loss,
+            outcome: outcome.outcome,
+            loss: outcome.loss,
             loss_scale: loss_scale.map(f64::from),
-            grad_norm,
-            learning_rate: outcome.1,
-        };
-        Ok(report)
+            grad_norm: outcome.grad_norm,
+            learning_rate: outcome.learning_rate,
+        })
     }
+
+    /// Whether this optimizer step reads loss (and gradient norm) back to the host: every f16
+    /// step (the loss scaler must know whether the gradients are finite), every step when
+    /// anomalies are checked or the norm is tracked, and every `read_loss_every` steps.
+    fn reads_back(&self, step: u64) -> bool {
+        let every = self.config.read_loss_every;
+        self.scaler.is_some()
+            || self.config.detect_anomalies
+            || self.config.track_grad_norm
+            || (every > 0 && step.is_multiple_of(every))
+    }
+
+    /// An optimizer step that reads loss and gradient norm back in one transaction, skips the
+    /// step when either is not finite, and clips with a coefficient computed on the host.
+    fn step_with_readback(
+        &mut self,
+        step: u64,
+        mut grads: GradientsParams,
+        loss_sum: Tensor<B::InnerBackend, 1>,
+        divisor: f64,
+        unscale: f64,
+    ) -> Result<Outcome> {
+        let needs_norm = self.scaler.is_some()
+            || matches!(self.config.clipping, Some(GradientClipping::Norm { .. }))
+            || self.config.detect_anomalies
+            || self.config.track_grad_norm;
+        let squared = if needs_norm {
+            squared_grad_norm::<B, M>(self.model(), &grads)
+        } else {
+            None
+        };
+        self.counters.readbacks += 1;
+        let (loss_sum, squared_scaled) = read_back(loss_sum, squared)?;
+        let loss = loss_sum / divisor;
+        self.last_loss = Some(LastLoss::Read(loss));
+        let grad_norm = squared_scaled.map(|squared| squared.sqrt() * unscale);
+        // The loss is read back anyway, so checking it is free; the gradients are checked
+        // through their norm whenever it is computed.
+        let finite = loss.is_finite() && squared_scaled.is_none_or(f64::is_finite);
+
+        if !finite {
+            if self.scaler.is_none() && self.config.detect_anomalies {
+                return Err(Error::NonFiniteGradients {
+                    step,
+                    epoch: self.position.epoch,
+                    squared_norm: squared_scaled.unwrap_or(f64::NAN),
+                });
+            }
+            // The scheduler must not advance: report the rate it would have given.
+            return Ok(Outcome {
+                outcome: StepOutcome::Skipped(SkipReason::NonFiniteGradients),
+                learning_rate: self.scheduler.clone().step(),
+                loss: Some(loss),
+                grad_norm,
+            });
+        }
+        let (factor, max_abs) = match self.config.clipping {
+            Some(GradientClipping::Norm { max_norm }) => (
+                unscale * clip_coefficient(grad_norm.unwrap_or(0.0), max_norm),
+                None,
+            ),
+            Some(GradientClipping::Value { max_abs }) => (unscale, Some(max_abs)),
+            None => (unscale, None),
+        };
+        let model = self
+            .model
+            .take()
+            .expect("the model is present between steps");
+        scale_grads::<B, M>(&model, &mut grads, factor, max_abs);
+        let learning_rate = self.scheduler.step();
+        self.model = Some(self.optim.step(learning_rate, model, grads));
+        Ok(Outcome {
+            outcome: StepOutcome::Applied,
+            learning_rate,
+            loss: Some(loss),
+            grad_norm,
+        })
+    }
+
+    /// An optimizer step queued without waiting for the device: norm clipping's coefficient is
+    /// a device tensor, the loss stays on the device until asked for, and the step is applied
+    /// (as PyTorch does outside f16: no finiteness check without a readback).
+    fn step_on_device(
+        &mut self,
+        mut grads: GradientsParams,
+        loss_sum: Tensor<B::InnerBackend, 1>,
+        divisor: f64,
+        unscale: f64,
+    ) -> Outcome {
+        let model = self
+            .model
+            .take()
+            .expect("the model is present between steps");
+        match self.config.clipping {
+            Some(GradientClipping::Norm { max_norm }) => {
+                if let Some(squared) = squared_grad_norm::<B, M>(&model, &grads) {
+                    let factor = clip_factor_on_device(squared, unscale, max_norm);
+                    scale_grads_by::<B, M>(&model, &mut grads, factor);
+                }
+            }
+            Some(GradientClipping::Value { max_abs }) => {
+                scale_grads::<B, M>(&model, &mut grads, unscale, Some(max_abs));
+            }
+            None => scale_grads::<B, M>(&model, &mut grads, unscale, None),
+        }
+        let learning_rate = self.scheduler.step();
+        self.model = Some(self.optim.step(learning_rate, model, grads));
+        self.last_loss = Some(LastLoss::OnDevice(loss_sum.div_scalar(divisor)));
+        Outcome {
+            outcome: StepOutcome::Applied,
+            learning_rate,
+            loss: None,
+            grad_norm: None,
+        }
+    }
+}
+
+/// What an optimizer step did, before the counters and the scaler are updated.
+struct Outcome {
+    outcome: StepOutcome,
+    learning_rate: f64,
+    loss: Option<f64>,
+    grad_norm: Option<f64>,
+}
+
+/// The text of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// Reads the window's loss sum and, when computed, the squared gradient norm in one

@@ -7,7 +7,9 @@ use burn::tensor::backend::AutodiffBackend;
 use kiln_core::{Observer, Position};
 use rand_chacha::ChaCha8Rng;
 
+use crate::clipping::read_scalar;
 use crate::observers::Observers;
+use crate::precision_policy::CastPlan;
 use crate::window::Window;
 use crate::{
     Autocast, Counters, DynamicLossScaler, Result, SkipMonitor, TrainStep, TrainerConfig,
@@ -21,9 +23,13 @@ use crate::{
 /// [`train_batch`](Self::train_batch) (and [`end_epoch`](Self::end_epoch) at each epoch's end),
 /// or hand it the data with [`fit`](Self::fit). See the [crate docs](crate) for an example.
 ///
-/// The master model and the optimizer state stay in f32. Per optimizer step the trainer does
-/// exactly one device-to-host readback (the loss and the squared global gradient norm
-/// together), which serves the loss report, the inf/NaN check and norm clipping.
+/// The master model and the optimizer state stay in f32. An f32 or bf16 optimizer step reads
+/// nothing back to the host by default, so the host queues the next step while the device
+/// still runs this one (norm clipping computes its coefficient on the device); the loss is read
+/// when asked for ([`last_loss`](Self::last_loss)) or every
+/// [`read_loss_every`](crate::TrainerConfig::read_loss_every) steps. An f16 step reads the
+/// loss and the squared global gradient norm back together, once, for the loss scaler's
+/// inf/NaN check. [`Counters::readbacks`](crate::Counters::readbacks) counts them.
 pub struct Trainer<B: AutodiffBackend, M, O, S> {
     /// Always `Some` between calls; moved out only while the optimizer consumes it.
     pub(crate) model: Option<M>,
@@ -38,7 +44,9 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) counters: Counters,
     pub(crate) position: Position,
     pub(crate) epoch_started: bool,
-    pub(crate) last_loss: Option<f64>,
+    pub(crate) last_loss: Option<LastLoss<B>>,
+    /// What the per-step low-precision copy keeps in f32; `None` in f32 mode.
+    pub(crate) cast_plan: Option<CastPlan>,
     pub(crate) host_rng: ChaCha8Rng,
     pub(crate) observers: Observers,
 }
@@ -66,6 +74,13 @@ where
         config.precision.check_supported::<B>(&device)?;
         B::seed(&device, config.seed);
         materialize(&model);
+        let cast_plan = config.precision.is_mixed().then(|| {
+            CastPlan::new(
+                &model,
+                config.precision_policy.clone(),
+                config.precision.compute_dtype(),
+            )
+        });
         let scaler = if config.precision.needs_loss_scaling() {
             Some(config.loss_scaler.init()?)
         } else {
@@ -83,6 +98,7 @@ where
             position: Position::start_of(0),
             epoch_started: false,
             last_loss: None,
+            cast_plan,
             host_rng: rng::host_rng(config.seed),
             observers: Observers::new(config.sync_phase_timing),
             config,
@@ -154,9 +170,19 @@ where
         self.scaler.as_ref()
     }
 
-    /// The loss of the last optimizer step.
-    pub fn last_loss(&self) -> Option<f64> {
-        self.last_loss
+    /// The loss of the last optimizer step, read back from the device if no readback has
+    /// brought it yet (one readback, counted in [`Counters::readbacks`](Counters::readbacks)).
+    pub fn last_loss(&mut self) -> Result<Option<f64>> {
+        let value = match self.last_loss.take() {
+            None => return Ok(None),
+            Some(LastLoss::Read(value)) => value,
+            Some(LastLoss::OnDevice(tensor)) => {
+                self.counters.readbacks += 1;
+                read_scalar(tensor, "the readback of the last loss")?
+            }
+        };
+        self.last_loss = Some(LastLoss::Read(value));
+        Ok(Some(value))
     }
 
     /// Micro-batches accumulated towards the next optimizer step.
@@ -169,4 +195,12 @@ where
     pub fn rng(&mut self) -> &mut ChaCha8Rng {
         &mut self.host_rng
     }
+}
+
+/// The last optimizer step's loss: on the host once read, on the device until then.
+pub(crate) enum LastLoss<B: AutodiffBackend> {
+    /// Read back.
+    Read(f64),
+    /// Not read back yet (the window's mean loss, f32).
+    OnDevice(burn::tensor::Tensor<B::InnerBackend, 1>),
 }

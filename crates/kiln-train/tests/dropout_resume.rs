@@ -152,7 +152,7 @@ fn step_losses(
         .events()
         .into_iter()
         .filter_map(|event| match event {
-            Event::Step(report) => Some(report.loss.to_bits()),
+            Event::Step(report) => Some(report.loss.expect("the preset reads the loss").to_bits()),
             _ => None,
         })
         .collect()

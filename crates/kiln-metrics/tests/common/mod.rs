@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use burn::backend::Flex;
+use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 use kiln_core::Metric;
 use kiln_metrics::{
@@ -71,22 +72,29 @@ impl Case {
     }
 
     pub fn tensor_batch(&self) -> Result<TensorTrajectoryBatch<Flex>> {
-        let device = Default::default();
+        self.tensor_batch_on::<Flex>(&Default::default())
+    }
+
+    /// The case as tensors on any backend's device.
+    pub fn tensor_batch_on<B: Backend>(
+        &self,
+        device: &B::Device,
+    ) -> Result<TensorTrajectoryBatch<B>> {
         let BatchShape {
             agents: n,
             modes: k,
             steps: t,
         } = self.shape;
         let float = |values: &[f32], shape: Vec<usize>| {
-            Tensor::<Flex, 2>::from_data(TensorData::new(values.to_vec(), shape), &device)
+            Tensor::<B, 2>::from_data(TensorData::new(values.to_vec(), shape), device)
         };
-        let predictions = Tensor::<Flex, 4>::from_data(
+        let predictions = Tensor::<B, 4>::from_data(
             TensorData::new(self.predictions.clone(), [n, k, t, 2]),
-            &device,
+            device,
         );
-        let truth = Tensor::<Flex, 3>::from_data(
+        let truth = Tensor::<B, 3>::from_data(
             TensorData::new(self.ground_truth.clone(), [n, t, 2]),
-            &device,
+            device,
         );
         let mut batch = TensorTrajectoryBatch::new(predictions, truth)?;
         if let Some(p) = &self.probabilities {
@@ -99,8 +107,7 @@ impl Case {
             batch = batch.with_probabilities(float(p, shape))?;
         }
         if let Some(v) = &self.valid {
-            let mask =
-                Tensor::<Flex, 2, Bool>::from_data(TensorData::new(v.clone(), [n, t]), &device);
+            let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(v.clone(), [n, t]), device);
             batch = batch.with_valid(mask)?;
         }
         if let Some(v) = &self.velocity {
@@ -122,8 +129,18 @@ impl Case {
 
     /// The report of the tensor path on flex.
     pub fn tensor(&self, config: &MetricsConfig) -> Result<MetricReport> {
+        self.tensor_on::<Flex>(config, &Default::default())
+    }
+
+    /// The report of the tensor path on any backend's device.
+    #[allow(dead_code)] // used by the wgpu tier only
+    pub fn tensor_on<B: Backend>(
+        &self,
+        config: &MetricsConfig,
+        device: &B::Device,
+    ) -> Result<MetricReport> {
         let mut metrics = TrajectoryMetrics::new(config.clone())?;
-        metrics.update(&self.tensor_batch()?)?;
+        metrics.update(&self.tensor_batch_on::<B>(device)?)?;
         Ok(metrics.compute())
     }
 

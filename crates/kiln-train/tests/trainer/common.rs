@@ -194,8 +194,39 @@ pub fn recorder() -> Arc<RecordingObserver> {
     Arc::new(RecordingObserver::new())
 }
 
-/// Declares each backend-generic test body for flex and, with the `cuda` feature, for CUDA
-/// (skipped with a message when no driver is found).
+/// The mixed precisions the device runs (flex and CUDA: both; lavapipe: f16 only), checking
+/// that `Trainer::new` refuses the others with a named error.
+pub fn mixed_precisions<B: AutodiffBackend>(device: &B::Device) -> Vec<kiln_train::Precision> {
+    use kiln_train::Precision;
+    let supported: Vec<Precision> = [Precision::F16Mixed, Precision::Bf16Mixed]
+        .into_iter()
+        .filter(|precision| match precision.check_supported::<B>(device) {
+            Ok(()) => true,
+            Err(error) => {
+                let config = kiln_train::TrainerConfig::new().with_precision(*precision);
+                let refused = kiln_train::Trainer::new(
+                    model::<B>(device, 1),
+                    burn::optim::SgdConfig::new().init(),
+                    0.1,
+                    config,
+                    device.clone(),
+                );
+                assert!(
+                    matches!(refused, Err(kiln_train::Error::UnsupportedPrecision { .. })),
+                    "{precision} must be refused: {error}"
+                );
+                false
+            }
+        })
+        .collect();
+    assert!(!supported.is_empty(), "every kiln device runs f16 or bf16");
+    supported
+}
+
+/// Declares each backend-generic test body for flex; with the `wgpu` feature for Burn's wgpu
+/// backend on a Vulkan adapter (lavapipe in CI; skipped with a note when there is none, a
+/// failure with `KILN_REQUIRE_GPU=1`); and with the `cuda` feature for CUDA, ignored unless
+/// asked for (`-- --ignored`), since no CI machine has a GPU.
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
@@ -207,46 +238,26 @@ macro_rules! backend_tests {
                 }
             )*
         }
-        #[cfg(feature = "cuda")]
-        mod cuda {
+        #[cfg(feature = "wgpu")]
+        mod wgpu {
             $(
                 #[test]
                 fn $name() {
-                    match $crate::common::cuda_driver() {
-                        Ok(()) => super::$name::<burn::backend::Autodiff<burn::backend::Cuda>>(Default::default()),
-                        Err(reason) => eprintln!("skipped {}: {reason}", stringify!($name)),
+                    if let Some(device) = kiln_testkit::wgpu_device() {
+                        super::$name::<burn::backend::Autodiff<burn::backend::Wgpu>>(device);
                     }
                 }
             )*
         }
+        #[cfg(feature = "cuda")]
+        mod cuda {
+            $(
+                #[test]
+                #[ignore = "needs a CUDA driver and device: run with `--features cuda -- --ignored`"]
+                fn $name() {
+                    super::$name::<burn::backend::Autodiff<burn::backend::Cuda>>(Default::default());
+                }
+            )*
+        }
     };
-}
-
-/// Whether a CUDA driver with at least one device can be loaded (the probe of
-/// `kiln::backend`: `cuInit` and `cuDeviceGetCount` through the driver library).
-#[cfg(feature = "cuda")]
-pub fn cuda_driver() -> Result<(), String> {
-    type CuInit = unsafe extern "C" fn(u32) -> i32;
-    type CuDeviceGetCount = unsafe extern "C" fn(*mut i32) -> i32;
-    // SAFETY: loading the driver runs its initializers, as Burn's first CUDA call would.
-    let library = unsafe { libloading::Library::new("libcuda.so.1") }
-        .map_err(|error| format!("no CUDA driver: {error}"))?;
-    // SAFETY: the signatures match the CUDA driver API.
-    unsafe {
-        let init = library
-            .get::<CuInit>(b"cuInit\0")
-            .map_err(|error| error.to_string())?;
-        let count = library
-            .get::<CuDeviceGetCount>(b"cuDeviceGetCount\0")
-            .map_err(|error| error.to_string())?;
-        if init(0) != 0 {
-            return Err("cuInit failed".to_owned());
-        }
-        let mut devices = 0;
-        if count(&mut devices) != 0 || devices <= 0 {
-            return Err("the CUDA driver reports no devices".to_owned());
-        }
-    }
-    std::mem::forget(library);
-    Ok(())
 }

@@ -66,8 +66,8 @@ fn debug_preset_overfits_a_few_batches<B: AutodiffBackend>(device: B::Device) {
     );
     let reports = common::step_reports(&recorder);
     assert_eq!(reports.len(), 40 * 4, "4 batches per epoch");
-    let first = reports[0].loss;
-    let last = reports.last().unwrap().loss;
+    let first = reports[0].loss.unwrap();
+    let last = reports.last().unwrap().loss.unwrap();
     assert!(last < first * 0.1, "loss {first} -> {last}");
 }
 

@@ -1,5 +1,6 @@
 //! Integration tests of the trainer, one test binary (Burn binaries are slow to link).
-//! Each body is backend-generic and runs on flex, and on CUDA with the `cuda` feature.
+//! Each body is backend-generic and runs on flex; on wgpu (a Vulkan adapter) with the `wgpu`
+//! feature; and on CUDA with the `cuda` feature and `--ignored`.
 
 mod common;
 
@@ -8,7 +9,9 @@ mod amp;
 mod clipping;
 mod debug;
 mod errors;
+mod norms;
 mod observers;
+mod readbacks;
 mod resume;
 mod scheduler;
 mod validation;

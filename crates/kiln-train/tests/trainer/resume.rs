@@ -45,7 +45,10 @@ fn epoch_data<B: AutodiffBackend>(batches: &[Batch<B>], position: Position) -> V
 }
 
 fn loss_bits(reports: &[kiln_core::StepReport]) -> Vec<u64> {
-    reports.iter().map(|report| report.loss.to_bits()).collect()
+    reports
+        .iter()
+        .map(|report| report.loss.expect("the preset reads the loss").to_bits())
+        .collect()
 }
 
 /// Bit-identical step losses, parameters and host RNG draws with and without an interruption
