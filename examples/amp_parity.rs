@@ -58,6 +58,9 @@ struct Args {
     /// kiln's former behaviour, a readback every step, for a before/after step time.
     #[arg(long, default_value_t = 0)]
     read_loss_every: u64,
+    /// Optimizer steps the host may queue ahead of the device before it waits (0: no bound).
+    #[arg(long, default_value_t = 2)]
+    max_queued_steps: u64,
     /// Compute device: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
     #[arg(long, default_value = "cpu")]
     device: DevicePreference,
@@ -229,7 +232,8 @@ impl BackendTask for AmpParity {
                 .with_precision(precision)
                 .with_num_epochs(args.epochs)
                 .with_seed(args.seed)
-                .with_read_loss_every(args.read_loss_every);
+                .with_read_loss_every(args.read_loss_every)
+                .with_max_queued_steps(args.max_queued_steps);
             let mut trainer = Trainer::new(
                 initial.clone(),
                 AdamConfig::new().init(),
@@ -323,7 +327,7 @@ fn main() -> anyhow::Result<()> {
         args.batch_size > 0 && args.samples >= 6 * args.batch_size,
         "need at least 6 batches"
     );
-    let selection = select(args.device).map_err(anyhow::Error::msg)?;
+    let selection = select(args.device)?;
     println!("device: {selection}");
     let json_path = args.json.clone();
     let report = selection.run(AmpParity { args: args.clone() })?;
@@ -388,6 +392,7 @@ fn main() -> anyhow::Result<()> {
             "batch_size": args.batch_size,
             "epochs": args.epochs,
             "read_loss_every": args.read_loss_every,
+            "max_queued_steps": args.max_queued_steps,
             "steps": f32_run.steps,
             "f32_final_loss": f32_run.final_loss,
             "f16_final_loss": f16_run.final_loss,

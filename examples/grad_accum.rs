@@ -263,7 +263,7 @@ fn main() -> anyhow::Result<()> {
         args.accumulation >= 2 && args.micro_batch > 0 && args.steps_per_epoch > 0,
         "need --accumulation >= 2, --micro-batch >= 1 and --steps-per-epoch >= 1"
     );
-    let selection = select(args.device).map_err(anyhow::Error::msg)?;
+    let selection = select(args.device)?;
     println!("device: {selection}");
     let report = selection.run(GradAccum { args: args.clone() })?;
     println!(

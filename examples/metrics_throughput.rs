@@ -379,7 +379,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     if !args.no_tensor {
-        let selection = select(args.device).map_err(anyhow::Error::msg)?;
+        let selection = select(args.device)?;
         let (tensor_seconds, upload_seconds, tensor_report) = selection.run(TensorPass {
             args: &args,
             data: &data,

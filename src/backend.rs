@@ -204,10 +204,28 @@ pub trait BackendTask {
     fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output;
 }
 
+/// Why a requested device cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SelectError {
+    /// CUDA was asked for, but no driver or device answered (or kiln lacks the `cuda` feature).
+    #[error("CUDA was requested but cannot be used: {reason}")]
+    CudaUnavailable {
+        /// Why, in words.
+        reason: String,
+    },
+    /// wgpu was asked for, but no Vulkan adapter answered (or kiln lacks the `wgpu` feature).
+    #[error("wgpu (Vulkan) was requested but cannot be used: {reason}")]
+    WgpuUnavailable {
+        /// Why, in words.
+        reason: String,
+    },
+}
+
 /// Picks the device for a preference. [`DevicePreference::Cuda`] and
 /// [`DevicePreference::Wgpu`] fail when that device cannot be used; `Auto` and `Cpu` never
 /// fail, and the selection says why each faster choice was passed over.
-pub fn select(preference: DevicePreference) -> Result<Selection, String> {
+pub fn select(preference: DevicePreference) -> Result<Selection, SelectError> {
     match preference {
         // Answered without probing: the CPU needs no driver, and `cuInit` can take seconds.
         DevicePreference::Cpu => Ok(Selection::Cpu {
@@ -215,9 +233,7 @@ pub fn select(preference: DevicePreference) -> Result<Selection, String> {
         }),
         DevicePreference::Cuda => match cuda_status() {
             CudaStatus::Available { .. } => Ok(Selection::Cuda { index: 0 }),
-            CudaStatus::Unavailable { reason } => {
-                Err(format!("CUDA was requested but cannot be used: {reason}"))
-            }
+            CudaStatus::Unavailable { reason } => Err(SelectError::CudaUnavailable { reason }),
         },
         DevicePreference::Wgpu => match vulkan_status() {
             VulkanStatus::Available { adapter, kind } => Ok(Selection::Wgpu {
@@ -225,9 +241,7 @@ pub fn select(preference: DevicePreference) -> Result<Selection, String> {
                 kind,
                 reason: "requested".to_owned(),
             }),
-            VulkanStatus::Unavailable { reason } => Err(format!(
-                "wgpu (Vulkan) was requested but cannot be used: {reason}"
-            )),
+            VulkanStatus::Unavailable { reason } => Err(SelectError::WgpuUnavailable { reason }),
         },
         DevicePreference::Auto => {
             let cuda = match cuda_status() {
@@ -421,12 +435,12 @@ mod tests {
         }
         if let CudaStatus::Unavailable { reason } = cuda {
             let error = select(DevicePreference::Cuda).unwrap_err();
-            assert!(error.contains(&reason), "{error}");
+            assert_eq!(error, SelectError::CudaUnavailable { reason });
         }
         match vulkan {
             VulkanStatus::Unavailable { reason } => {
                 let error = select(DevicePreference::Wgpu).unwrap_err();
-                assert!(error.contains(&reason), "{error}");
+                assert_eq!(error, SelectError::WgpuUnavailable { reason });
             }
             VulkanStatus::Available { adapter, .. } => {
                 let chosen = select(DevicePreference::Wgpu).unwrap();

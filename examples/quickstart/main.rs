@@ -349,7 +349,7 @@ fn main() -> anyhow::Result<()> {
         args.valid_players >= 4,
         "--valid-players must be at least 4"
     );
-    let selection = select(args.device).map_err(anyhow::Error::msg)?;
+    let selection = select(args.device)?;
     println!("device    {selection}");
     println!("precision {}", args.precision);
 

@@ -122,6 +122,12 @@ pub struct TrainerConfig {
     /// the device, so f32 and bf16 steps do none by default; f16 steps read loss and gradient
     /// norm back every step anyway, for the loss scaler. Default 0.
     pub read_loss_every: u64,
+    /// Let the host queue at most this many optimizer steps ahead of the device before it
+    /// waits (a device sync, not a readback: nothing is copied), the bounded run-ahead CUDA's
+    /// launch queue gives PyTorch. Without a bound the queue grows for the whole epoch; when
+    /// the device shares the host's cores (lavapipe) that costs more than it saves. 0 never
+    /// waits. Steps that read back reset the count. Default 2.
+    pub max_queued_steps: u64,
     /// Check the loss of every micro-batch and the gradients of every step, and stop with an
     /// error naming the step on NaN or inf (one extra host sync per micro-batch). Default false.
     pub detect_anomalies: bool,
@@ -167,6 +173,7 @@ impl Default for TrainerConfig {
             clipping: None,
             track_grad_norm: false,
             read_loss_every: 0,
+            max_queued_steps: 2,
             detect_anomalies: false,
             seed: 0,
             reseed_every_step: false,
@@ -207,6 +214,8 @@ setters! {
     with_precision_policy: precision_policy: PrecisionPolicy;
     /// Sets [`read_loss_every`](Self::read_loss_every).
     with_read_loss_every: read_loss_every: u64;
+    /// Sets [`max_queued_steps`](Self::max_queued_steps).
+    with_max_queued_steps: max_queued_steps: u64;
     /// Sets [`loss_scaler`](Self::loss_scaler).
     with_loss_scaler: loss_scaler: LossScalerConfig;
     /// Sets [`accumulation_steps`](Self::accumulation_steps).

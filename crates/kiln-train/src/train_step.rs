@@ -200,9 +200,12 @@ where
             .loss_sum
             .expect("an optimizer step runs only on a window with micro-batches");
         let outcome = if self.reads_back(step) {
+            self.queued_steps = 0;
             self.step_with_readback(step, grads, loss_sum, divisor, unscale)?
         } else {
-            self.step_on_device(grads, loss_sum, divisor, unscale)
+            let outcome = self.step_on_device(grads, loss_sum, divisor, unscale);
+            self.bound_run_ahead()?;
+            outcome
         };
 
         let skipped = !matches!(outcome.outcome, StepOutcome::Applied);
@@ -341,6 +344,28 @@ where
             loss: None,
             grad_norm: None,
         }
+    }
+}
+
+impl<B, M, O, S> Trainer<B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + TrainStep<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    /// Waits for the device once `max_queued_steps` steps were queued without a readback.
+    fn bound_run_ahead(&mut self) -> Result<()> {
+        self.queued_steps += 1;
+        let limit = self.config.max_queued_steps;
+        if limit == 0 || self.queued_steps < limit {
+            return Ok(());
+        }
+        self.queued_steps = 0;
+        B::sync(&self.device).map_err(|error| Error::Device {
+            during: "the run-ahead bound's device sync",
+            message: format!("{error:?}"),
+        })
     }
 }
 

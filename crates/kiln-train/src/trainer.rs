@@ -45,6 +45,8 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) position: Position,
     pub(crate) epoch_started: bool,
     pub(crate) last_loss: Option<LastLoss<B>>,
+    /// Optimizer steps queued since the host last waited for the device.
+    pub(crate) queued_steps: u64,
     /// What the per-step low-precision copy keeps in f32; `None` in f32 mode.
     pub(crate) cast_plan: Option<CastPlan>,
     pub(crate) host_rng: ChaCha8Rng,
@@ -98,6 +100,7 @@ where
             position: Position::start_of(0),
             epoch_started: false,
             last_loss: None,
+            queued_steps: 0,
             cast_plan,
             host_rng: rng::host_rng(config.seed),
             observers: Observers::new(config.sync_phase_timing),

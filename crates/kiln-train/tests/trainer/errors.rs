@@ -120,7 +120,7 @@ fn non_finite_gradients_close_the_optimizer_phase() {
         SgdConfig::new().init(),
         0.1,
         TrainerConfig::new().with_detect_anomalies(true),
-        device.clone(),
+        device,
     )
     .unwrap();
     let recorder = common::recorder();

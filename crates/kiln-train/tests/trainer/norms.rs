@@ -91,21 +91,10 @@ impl<B: AutodiffBackend> TrainStep<B> for CarelessNormMlp<B> {
     }
 }
 
-fn trainer<B: AutodiffBackend>(
-    initial: &NormMlp<B>,
-    precision: Precision,
-    device: &B::Device,
-) -> Result<Trainer<B, NormMlp<B>, impl burn::optim::Optimizer<NormMlp<B>, B> + use<B>, f64>, Error>
-{
-    Trainer::new(
-        initial.clone(),
-        AdamConfig::new().init(),
-        1e-2,
-        TrainerConfig::new()
-            .with_precision(precision)
-            .with_num_epochs(2),
-        device.clone(),
-    )
+fn config(precision: Precision) -> TrainerConfig {
+    TrainerConfig::new()
+        .with_precision(precision)
+        .with_num_epochs(2)
 }
 
 fn dtypes<B: Backend>(model: &NormMlp<B>) -> Vec<DType> {
@@ -130,9 +119,14 @@ fn norm_layers_keep_an_f32_master<B: AutodiffBackend>(device: B::Device) {
     let mut trained = 0;
     for precision in [Precision::F16Mixed, Precision::Bf16Mixed] {
         if let Err(reason) = precision.check_supported::<B>(&device) {
-            let error = trainer(&initial, precision, &device)
-                .err()
-                .expect("refused");
+            let refused = Trainer::new(
+                initial.clone(),
+                AdamConfig::new().init(),
+                1e-2,
+                config(precision),
+                device.clone(),
+            );
+            let error = refused.err().expect("refused");
             assert!(
                 matches!(error, Error::UnsupportedPrecision { .. }),
                 "{error}"
@@ -145,7 +139,14 @@ fn norm_layers_keep_an_f32_master<B: AutodiffBackend>(device: B::Device) {
             continue;
         }
         let running_before = initial.batch_norm.running_var.value().into_data();
-        let mut trainer = trainer(&initial, precision, &device).unwrap();
+        let mut trainer = Trainer::new(
+            initial.clone(),
+            AdamConfig::new().init(),
+            1e-2,
+            config(precision),
+            device.clone(),
+        )
+        .unwrap();
         let summary = trainer.fit(|_| batches.clone()).unwrap();
         assert!(summary.last_loss.unwrap().is_finite(), "{precision}");
         let model = trainer.into_model();
@@ -225,7 +226,7 @@ fn a_norm_without_keep_f32_is_a_named_error<B: AutodiffBackend>(device: B::Devic
     )
     .unwrap();
     let batch = common::batches::<B>(1, 8, 4, &device).remove(0);
-    let error = trainer.train_batch(batch).err().expect("a dtype clash");
+    let error = trainer.train_batch(batch).expect_err("a dtype clash");
     assert!(
         matches!(error, Error::ForwardPanicked { step: 1, .. }),
         "{error}"
