@@ -1,7 +1,8 @@
 //! Trainer overhead: kiln's `Trainer` against a hand-written Burn loop on the same model, data
 //! and optimizer (f32, Adam, one loss readback per step in both).
 //!
-//! Four variants: the hand-written loop and the trainer (default settings), then both also
+//! Four variants: the hand-written loop and the trainer (default settings, but reading the loss
+//! back every step as the loop does: `read_loss_every = 1`), then both also
 //! computing the global gradient norm each step. Criterion times one optimizer step of each;
 //! then an interleaved run (rounds of A, B, C, D in a rotating order) measures the ratios side by side, so load
 //! from other processes hits all variants alike, and prints the median ratio of each trainer

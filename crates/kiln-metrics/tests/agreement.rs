@@ -205,7 +205,6 @@ proptest! {
     }
 }
 
-/// The predictions `start..end` of a case.
 /// The GPU-style tier: the tensor path on Burn's wgpu backend (a Vulkan adapter, lavapipe in
 /// CI) agrees with the host path. Fewer cases: every new shape compiles kernels.
 #[cfg(feature = "wgpu")]
@@ -225,6 +224,7 @@ mod wgpu {
     }
 }
 
+/// The predictions `start..end` of a case.
 fn slice_units(case: &Case, joint: usize, start: usize, end: usize) -> Case {
     let BatchShape { modes, steps, .. } = case.shape;
     let (a, b) = (start * joint, end * joint);

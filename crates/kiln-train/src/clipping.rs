@@ -127,8 +127,8 @@ pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// Clips `grads` to a global norm of at most `max_norm` in place, exactly as PyTorch's
 /// `clip_grad_norm_(params, max_norm)` does, and returns the norm before clipping.
 ///
-/// For use in hand-written loops; the [`Trainer`](crate::Trainer) folds this into its single
-/// readback per optimizer step.
+/// For use in hand-written loops: this reads the norm back to the host (one readback). The
+/// [`Trainer`](crate::Trainer) clips without one, computing the coefficient on the device.
 pub fn clip_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &mut GradientsParams,

@@ -23,6 +23,11 @@ pub struct Counters {
     /// counted.
     #[serde(default)]
     pub readbacks: u64,
+    /// Device syncs the run-ahead bound made
+    /// ([`max_queued_steps`](crate::TrainerConfig::max_queued_steps)): the host waited for the
+    /// device to drain its queue, but copied nothing back.
+    #[serde(default)]
+    pub device_waits: u64,
 }
 
 /// What one call of [`Trainer::train_batch`](crate::Trainer::train_batch) did.

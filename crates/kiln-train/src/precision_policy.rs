@@ -20,6 +20,8 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::tensor::backend::Backend;
 use burn::tensor::{FloatDType, Tensor, TensorMetadata, TensorPrimitive};
 
+use crate::{Error, Result};
+
 /// The type names of Burn's normalization layers, kept in f32 by
 /// [`PrecisionPolicy::keep_norms_f32`].
 pub const NORM_LAYERS: [&str; 5] = [
@@ -76,21 +78,39 @@ pub(crate) struct CastPlan {
     policy: PrecisionPolicy,
     /// Paths of the modules that own running statistics.
     state_owners: Vec<String>,
+    /// Running statistics held by the model's root itself: only these tensors are kept, since
+    /// keeping their owner would keep the whole model in f32.
+    root_states: HashSet<ParamId>,
 }
 
 impl CastPlan {
     /// Resolves `policy` for `model`, finding the modules with running statistics (see the
     /// module docs). The master's values are left exactly as they were.
+    ///
+    /// A [`keep_f32`](PrecisionPolicy::keep_f32) entry that names no field path and no module
+    /// type of the model is an error: a typo would otherwise silently cast the layer.
     pub(crate) fn new<B: Backend, M: Module<B> + Clone>(
         model: &M,
         policy: PrecisionPolicy,
         dtype: FloatDType,
-    ) -> Self {
+    ) -> Result<Self> {
+        let before = Snapshot::of(model);
+        if let Some(unmatched) = policy
+            .keep_f32
+            .iter()
+            .find(|name| !before.modules.iter().any(|module| module.matches(name)))
+        {
+            return Err(Error::InvalidConfig {
+                field: "precision_policy.keep_f32",
+                value: format!("{unmatched:?}"),
+                reason: "names no field path and no module type of the model".into(),
+            });
+        }
         let mut plan = Self {
             policy,
             state_owners: Vec::new(),
+            root_states: HashSet::new(),
         };
-        let before = Snapshot::of(model);
         drop(plan.cast(model.clone(), dtype));
         let after = Snapshot::of(model);
         let shared: HashSet<ParamId> = after
@@ -105,22 +125,31 @@ impl CastPlan {
             .map(|(id, _)| *id)
             .collect();
         if shared.is_empty() {
-            return plan;
+            return Ok(plan);
         }
         // Writing through a clone reaches the shared cells and nothing else.
         let _ = model.clone().map(&mut Restore {
             originals: &before.tensors,
             ids: &shared,
         });
-        let mut owners: Vec<String> = shared
-            .iter()
-            .map(|id| parent_path(&before.tensors[id].0))
-            .collect();
+        let mut owners = Vec::new();
+        for id in &shared {
+            let owner = parent_path(&before.tensors[id].0);
+            if owner.is_empty() {
+                plan.root_states.insert(*id);
+            } else {
+                owners.push(owner);
+            }
+        }
         owners.sort();
         owners.dedup();
-        log::info!("kiln-train: keeping modules with running statistics in f32: {owners:?}");
+        log::info!(
+            "kiln-train: keeping modules with running statistics in f32: {owners:?} \
+             (and {} running tensors of the root module)",
+            plan.root_states.len()
+        );
         plan.state_owners = owners;
-        plan
+        Ok(plan)
     }
 
     /// A copy of `module` with every float tensor cast to `dtype`, except those of kept
@@ -139,28 +168,25 @@ impl CastPlan {
         &self.state_owners
     }
 
-    fn keeps(&self, frames: &Frames) -> bool {
+    fn keeps(&self, frames: &Frames, id: ParamId) -> bool {
         let path = frames.path.join(".");
-        let by_name = |name: &str| {
-            frames.containers.iter().any(|container| container == name)
-                || path == name
-                || path.starts_with(&format!("{name}."))
-        };
+        let inside = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}."));
+        let by_name = |name: &str| frames.containers.iter().any(|c| c == name) || inside(name);
         (self.policy.keep_norms_f32
             && frames
                 .containers
                 .iter()
                 .any(|container| NORM_LAYERS.contains(&container.as_str())))
             || self.policy.keep_f32.iter().any(|name| by_name(name))
-            || self.state_owners.iter().any(|owner| {
-                owner.is_empty() || path == *owner || path.starts_with(&format!("{owner}."))
-            })
+            || self.state_owners.iter().any(|owner| inside(owner))
+            || self.root_states.contains(&id)
     }
 }
 
 /// Where a mapper or visitor is: field names from the root, and the type of the module each
-/// field belongs to (`Struct:Linear` becomes `Linear`).
-#[derive(Debug, Default)]
+/// field belongs to (`Struct:Linear` becomes `Linear`; a `Vec`, array or tuple has no type
+/// name, so `keep("Vec")` matches nothing).
+#[derive(Debug, Default, Clone)]
 struct Frames {
     path: Vec<String>,
     containers: Vec<String>,
@@ -171,9 +197,17 @@ impl Frames {
         let type_name = container_type
             .strip_prefix("Struct:")
             .or_else(|| container_type.strip_prefix("Enum:"))
-            .unwrap_or(container_type);
+            .unwrap_or_default();
         self.path.push(name.to_owned());
         self.containers.push(type_name.to_owned());
+    }
+
+    /// Whether a `keep_f32` entry names this place: its path or one of its enclosing types.
+    fn matches(&self, name: &str) -> bool {
+        let path = self.path.join(".");
+        path == name
+            || path.starts_with(&format!("{name}."))
+            || self.containers.iter().any(|c| c == name)
     }
 
     fn exit(&mut self) {
@@ -202,7 +236,7 @@ impl<B: Backend> ModuleMapper<B> for PolicyCast<'_> {
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        if self.plan.keeps(&self.frames) {
+        if self.plan.keeps(&self.frames, param.id) {
             return param;
         }
         let dtype = self.dtype;
@@ -210,9 +244,10 @@ impl<B: Backend> ModuleMapper<B> for PolicyCast<'_> {
     }
 }
 
-/// Every float tensor of a module by id, with its path.
+/// Every float tensor of a module by id, with its path, and every place a module sits.
 struct Snapshot<B: Backend> {
     tensors: HashMap<ParamId, (Vec<String>, TensorPrimitive<B>)>,
+    modules: Vec<Frames>,
 }
 
 impl<B: Backend> Snapshot<B> {
@@ -220,10 +255,12 @@ impl<B: Backend> Snapshot<B> {
         let mut visitor = SnapshotVisitor {
             frames: Frames::default(),
             tensors: HashMap::new(),
+            modules: Vec::new(),
         };
         module.visit(&mut visitor);
         Self {
             tensors: visitor.tensors,
+            modules: visitor.modules,
         }
     }
 }
@@ -231,11 +268,13 @@ impl<B: Backend> Snapshot<B> {
 struct SnapshotVisitor<B: Backend> {
     frames: Frames,
     tensors: HashMap<ParamId, (Vec<String>, TensorPrimitive<B>)>,
+    modules: Vec<Frames>,
 }
 
 impl<B: Backend> ModuleVisitor<B> for SnapshotVisitor<B> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
         self.frames.enter(name, container_type);
+        self.modules.push(self.frames.clone());
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
@@ -314,7 +353,7 @@ mod tests {
     #[test]
     fn norms_stay_f32_and_the_rest_is_cast() {
         let net = net();
-        let plan = CastPlan::new(&net, PrecisionPolicy::default(), FloatDType::F16);
+        let plan = CastPlan::new(&net, PrecisionPolicy::default(), FloatDType::F16).unwrap();
         let copy = plan.cast(net.clone(), FloatDType::F16);
         assert_eq!(dtype_of(copy.input.weight.val()), DType::F16);
         assert_eq!(dtype_of(copy.head.weight.val()), DType::F16);
@@ -331,7 +370,7 @@ mod tests {
             keep_norms_f32: false,
             keep_f32: Vec::new(),
         };
-        let plan = CastPlan::new(&net, policy, FloatDType::F16);
+        let plan = CastPlan::new(&net, policy, FloatDType::F16).unwrap();
         assert_eq!(plan.state_owners(), ["batch_norm"]);
         assert!(
             all_f32(&net),
@@ -350,7 +389,8 @@ mod tests {
             &net,
             PrecisionPolicy::default().keep("head"),
             FloatDType::F16,
-        );
+        )
+        .unwrap();
         let copy = by_path.cast(net.clone(), FloatDType::F16);
         assert_eq!(dtype_of(copy.head.weight.val()), DType::F32);
         assert_eq!(dtype_of(copy.input.weight.val()), DType::F16);
@@ -359,9 +399,46 @@ mod tests {
             &net,
             PrecisionPolicy::default().keep("Linear"),
             FloatDType::F16,
-        );
+        )
+        .unwrap();
         let copy = by_type.cast(net.clone(), FloatDType::F16);
         assert_eq!(dtype_of(copy.head.weight.val()), DType::F32);
         assert_eq!(dtype_of(copy.input.weight.val()), DType::F32);
+    }
+
+    #[test]
+    fn a_keep_entry_that_names_nothing_is_refused() {
+        let net = net();
+        for typo in ["haed", "Vec", "input.weight.x"] {
+            let error = CastPlan::new(&net, PrecisionPolicy::default().keep(typo), FloatDType::F16)
+                .unwrap_err();
+            let message = error.to_string();
+            assert!(
+                message.contains("keep_f32") && message.contains(typo),
+                "{message}"
+            );
+        }
+    }
+
+    #[derive(Module, Debug)]
+    struct Rooted<B: Backend> {
+        layer: Linear<B>,
+        running: burn::module::RunningState<Tensor<B, 1>>,
+    }
+
+    #[test]
+    fn running_statistics_on_the_root_keep_only_themselves() {
+        let device = Default::default();
+        let net: Rooted<Ad> = Rooted {
+            layer: LinearConfig::new(3, 4).init(&device),
+            running: burn::module::RunningState::new(Tensor::zeros([4], &device)),
+        };
+        crate::materialize(&net);
+        let plan = CastPlan::new(&net, PrecisionPolicy::default(), FloatDType::F16).unwrap();
+        assert!(plan.state_owners().is_empty());
+        let copy = plan.cast(net.clone(), FloatDType::F16);
+        assert_eq!(dtype_of(copy.layer.weight.val()), DType::F16);
+        assert_eq!(copy.running.value().dtype(), DType::F32);
+        assert!(all_f32(&net));
     }
 }

@@ -1,6 +1,6 @@
 //! A progress bar for training: epoch, step, loss, learning rate, loss scale, samples/s.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kiln_core::{Event, Observer, StepOutcome};
@@ -27,12 +27,11 @@ use kiln_core::{Event, Observer, StepOutcome};
 pub struct ProgressObserver {
     bar: ProgressBar,
     samples: AtomicU64,
-    /// The bits of the last loss a step read back (`NO_LOSS` before any): steps that read
-    /// nothing back keep showing it.
+    /// The bits of the last loss a step read back, valid once `has_loss` is set: steps that
+    /// read nothing back keep showing it (a NaN loss included).
     last_loss_bits: AtomicU64,
+    has_loss: AtomicBool,
 }
-
-const NO_LOSS: u64 = f64::NAN.to_bits();
 
 impl ProgressObserver {
     /// A bar on stderr when it is a terminal, hidden otherwise (indicatif checks).
@@ -54,7 +53,8 @@ impl ProgressObserver {
         Self {
             bar,
             samples: AtomicU64::new(0),
-            last_loss_bits: AtomicU64::new(NO_LOSS),
+            last_loss_bits: AtomicU64::new(0),
+            has_loss: AtomicBool::new(false),
         }
     }
 
@@ -118,10 +118,13 @@ impl Observer for ProgressObserver {
                 };
                 if let Some(loss) = report.loss {
                     self.last_loss_bits.store(loss.to_bits(), Ordering::Relaxed);
+                    self.has_loss.store(true, Ordering::Relaxed);
                 }
-                let loss = match self.last_loss_bits.load(Ordering::Relaxed) {
-                    NO_LOSS => String::new(),
-                    bits => format!("loss {:.4} ", f64::from_bits(bits)),
+                let loss = if self.has_loss.load(Ordering::Relaxed) {
+                    let bits = self.last_loss_bits.load(Ordering::Relaxed);
+                    format!("loss {:.4} ", f64::from_bits(bits))
+                } else {
+                    String::new()
                 };
                 self.bar.set_message(format!(
                     "{loss}lr {:.2e}{scale} {rate:.0} samples/s{skipped}",
@@ -130,6 +133,44 @@ impl Observer for ProgressObserver {
                 self.bar.set_position(report.step);
             }
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_core::StepReport;
+
+    use super::*;
+
+    fn step(step: u64, loss: Option<f64>) -> Event {
+        Event::Step(StepReport {
+            step,
+            outcome: StepOutcome::Applied,
+            loss,
+            loss_scale: None,
+            grad_norm: None,
+            learning_rate: 1e-3,
+        })
+    }
+
+    #[test]
+    fn a_nan_loss_is_shown_and_kept_until_the_next_read() {
+        let progress = ProgressObserver::hidden();
+        progress.on_event(&step(1, None));
+        assert!(
+            !progress.message().contains("loss"),
+            "{}",
+            progress.message()
+        );
+        for nan in [f64::NAN, -f64::NAN] {
+            progress.on_event(&step(2, Some(nan)));
+            progress.on_event(&step(3, None));
+            assert!(
+                progress.message().contains("loss NaN"),
+                "{}",
+                progress.message()
+            );
         }
     }
 }

@@ -362,6 +362,7 @@ where
             return Ok(());
         }
         self.queued_steps = 0;
+        self.counters.device_waits += 1;
         B::sync(&self.device).map_err(|error| Error::Device {
             during: "the run-ahead bound's device sync",
             message: format!("{error:?}"),

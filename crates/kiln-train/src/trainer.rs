@@ -76,13 +76,17 @@ where
         config.precision.check_supported::<B>(&device)?;
         B::seed(&device, config.seed);
         materialize(&model);
-        let cast_plan = config.precision.is_mixed().then(|| {
-            CastPlan::new(
-                &model,
-                config.precision_policy.clone(),
-                config.precision.compute_dtype(),
-            )
-        });
+        let cast_plan = config
+            .precision
+            .is_mixed()
+            .then(|| {
+                CastPlan::new(
+                    &model,
+                    config.precision_policy.clone(),
+                    config.precision.compute_dtype(),
+                )
+            })
+            .transpose()?;
         let scaler = if config.precision.needs_loss_scaling() {
             Some(config.loss_scaler.init()?)
         } else {

@@ -8,7 +8,7 @@ use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_core::{Metric, Phase};
 
-use crate::{Error, InferenceStep, Result, TrainStep, Trainer, cast_module};
+use crate::{Error, InferenceStep, Result, TrainStep, Trainer};
 
 /// The validation input of a model `M` trained on backend `B`.
 pub type ValidInput<B, M> = <<M as AutodiffModule<B>>::InnerModule as InferenceStep<
@@ -43,8 +43,9 @@ where
         Mt: Metric<X>,
     {
         let mut model = self.model().valid();
-        if self.autocast.precision().is_mixed() {
-            model = cast_module(model, self.autocast.compute_dtype());
+        // The inner module has the master's field paths, so the training plan applies as is.
+        if let Some(plan) = &self.cast_plan {
+            model = plan.cast(model, self.autocast.compute_dtype());
         }
         let limit = self.config.max_validation_batches.unwrap_or(u64::MAX);
         let started = self

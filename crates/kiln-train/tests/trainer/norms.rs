@@ -9,8 +9,10 @@ use burn::nn::{
 use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor};
+use kiln_testkit::MeanMetric;
 use kiln_train::{
-    Autocast, Error, Precision, PrecisionPolicy, StepOutput, TrainStep, Trainer, TrainerConfig,
+    Autocast, Error, InferenceStep, Precision, PrecisionPolicy, StepOutput, TrainStep, Trainer,
+    TrainerConfig,
 };
 
 use crate::common::{self, Batch, INPUTS};
@@ -67,6 +69,18 @@ impl<B: AutodiffBackend> TrainStep<B> for NormMlp<B> {
 
     fn batch_samples(&self, batch: &Batch<B>) -> u64 {
         batch.inputs.dims()[0] as u64
+    }
+}
+
+/// Validation hands back each sample's squared error, computed the way training does it.
+impl<B: Backend> InferenceStep<B> for NormMlp<B> {
+    type Input = Batch<B>;
+    type Output = Vec<f64>;
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> Vec<f64> {
+        let predictions = autocast.full(self.forward(autocast.input(batch.inputs), autocast));
+        let errors = (predictions - batch.targets).powi_scalar(2);
+        errors.into_data().iter::<f64>().collect()
     }
 }
 
@@ -149,6 +163,13 @@ fn norm_layers_keep_an_f32_master<B: AutodiffBackend>(device: B::Device) {
         .unwrap();
         let summary = trainer.fit(|_| batches.clone()).unwrap();
         assert!(summary.last_loss.unwrap().is_finite(), "{precision}");
+        // Validation casts with the training plan: norms stay f32, so `keep_f32` matches.
+        let valid = common::batches::<B::InnerBackend>(2, 8, 5, &device);
+        let error = trainer
+            .validate(valid, &mut MeanMetric::default())
+            .unwrap()
+            .unwrap();
+        assert!(error.is_finite(), "{precision}: validation error {error}");
         let model = trainer.into_model();
         assert!(
             dtypes(&model).iter().all(|dtype| *dtype == DType::F32),

@@ -94,8 +94,27 @@ fn last_loss_is_read_on_demand<B: AutodiffBackend>(device: B::Device) {
     assert_eq!(trainer.counters().readbacks, 1, "read once, then cached");
 }
 
+/// Without readbacks the host waits for the device every `max_queued_steps` steps; a step that
+/// reads back restarts the count, and 0 never waits.
+fn run_ahead_is_bounded_by_device_waits<B: AutodiffBackend>(device: B::Device) {
+    let waits = |config: TrainerConfig| {
+        let mut trainer = common::sgd_trainer::<B>(&device, 0.05, config);
+        for batch in common::batches::<B>(STEPS as usize, 4, 5, &device) {
+            trainer.train_batch(batch).unwrap();
+        }
+        trainer.counters().device_waits
+    };
+    assert_eq!(waits(TrainerConfig::new()), STEPS / 2, "default bound 2");
+    assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(3)), 2);
+    assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(0)), 0);
+    // Reading back every 3rd step: steps 1-2 wait once, 3 reads, 4-5 wait once, 6 reads.
+    assert_eq!(waits(TrainerConfig::new().with_read_loss_every(3)), 2);
+    assert_eq!(waits(TrainerConfig::new().with_read_loss_every(1)), 0);
+}
+
 crate::backend_tests!(
     readbacks_per_precision,
+    run_ahead_is_bounded_by_device_waits,
     device_clipping_matches_host_clipping,
     last_loss_is_read_on_demand,
 );
