@@ -12,6 +12,10 @@
 //! | [`RandomSampler`] | uniform permutation | random (every block, all epoch) | quality reference, data in RAM |
 //! | [`BlockShuffleSampler`] | blocks permuted, K interleaved, shuffled in windows of S | sequential per block | training |
 //!
+//! Each is one [`GlobalOrder`] ([`SequentialOrder`], [`RandomOrder`], [`BlockShuffleOrder`]: the
+//! epoch's order over all samples) wrapped in [`Sharded`], which shards it over ranks. Wrap an
+//! order of your own the same way to get the same sharding, remainder policies and resume.
+//!
 //! # Determinism
 //!
 //! A plan depends only on the layout's blocks (which its fingerprint identifies), the seed, the
@@ -23,10 +27,11 @@
 //!
 //! # Sharding and resume
 //!
-//! The global order of an epoch never depends on the world size. [`Sharding`] cuts it into
-//! global batches of `batch_size × world` and gives rank `r` the `r`-th run of `batch_size` of
-//! each (kiln-core's rule, see [`Plan`](kiln_core::Plan)); a [`RemainderPolicy`] says what
-//! happens to the last, partial global batch. [`Sampler::resume`](kiln_core::Sampler::resume)
+//! The global order of an epoch never depends on the world size. [`Sharded`] checks a request,
+//! builds the order, and its [`Sharding`] cuts the order into global batches of
+//! `batch_size × world` and gives rank `r` the `r`-th run of `batch_size` of each (kiln-core's
+//! rule, see [`Plan`](kiln_core::Plan)); a [`RemainderPolicy`] says what happens to the last,
+//! partial global batch. [`Sampler::resume`](kiln_core::Sampler::resume)
 //! regenerates the plan and skips the consumed prefix, so the rest is exactly what an
 //! uninterrupted run would emit; resuming on another world size is exact when the new global
 //! batch divides the consumed count (keep `batch_size × world` constant).
@@ -68,18 +73,22 @@
 //! ```
 
 mod block_shuffle;
+mod order;
 pub mod quality;
 mod random;
 mod rng;
 mod sequential;
+mod sharded;
 mod sharding;
 
-pub use block_shuffle::{BlockShuffleConfig, BlockShuffleSampler};
+pub use block_shuffle::{BlockShuffleConfig, BlockShuffleOrder, BlockShuffleSampler};
 /// The crate's error: kiln-core's, since every sampler answers through the
 /// [`Sampler`](kiln_core::Sampler) seam.
 pub use kiln_core::Error;
 /// A `Result` with the crate's [`Error`].
 pub use kiln_core::Result;
-pub use random::RandomSampler;
-pub use sequential::SequentialSampler;
+pub use order::GlobalOrder;
+pub use random::{RandomOrder, RandomSampler};
+pub use sequential::{SequentialOrder, SequentialSampler};
+pub use sharded::Sharded;
 pub use sharding::{RemainderPolicy, Sharding};

@@ -1,12 +1,14 @@
 //! A uniform random permutation of all samples: the shuffle-quality reference.
 
-use kiln_core::{BlockLayout, Error, Plan, PlanRequest, Result, SampleId, Sampler};
+use kiln_core::{BlockLayout, Result, SampleId};
 
-use crate::Sharding;
+use crate::order::GlobalOrder;
 use crate::rng::{PlanRng, Purpose};
+use crate::sharded::Sharded;
+use crate::sharding::Sharding;
 
-/// Emits a uniformly random permutation of all samples (Fisher-Yates on a ChaCha8 stream seeded
-/// by the run seed and epoch), sharded over ranks.
+/// Emits a uniformly random permutation of all samples, sharded over ranks: the
+/// [`RandomOrder`] in a [`Sharded`].
 ///
 /// The best possible mixing, and the worst reading pattern: nearly every sample comes from a
 /// different block, so a loader must hold almost every block for the whole epoch or read each
@@ -26,46 +28,30 @@ use crate::rng::{PlanRng, Purpose};
 /// assert_eq!(seen, (0..100).collect::<Vec<_>>());
 /// # Ok::<(), kiln_sampler::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RandomSampler {
-    sharding: Sharding,
-}
+pub type RandomSampler = Sharded<RandomOrder>;
 
 impl RandomSampler {
     /// A random sampler sharding by `sharding`; [`Default`] uses [`Sharding::default`]
     /// (batch size 1, drop the remainder).
     pub fn new(sharding: Sharding) -> Self {
-        Self { sharding }
+        Sharded::wrap(RandomOrder, sharding)
     }
+}
 
-    /// The sharding configuration.
-    pub fn sharding(&self) -> Sharding {
-        self.sharding
-    }
+/// A uniform random permutation of `0..num_samples` (Fisher-Yates on a ChaCha8 stream seeded by
+/// the run seed and epoch); it depends only on the number of samples, the seed and the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RandomOrder;
 
-    /// The epoch's global order before sharding: a permutation of `0..num_samples` that depends
-    /// only on the number of samples, the seed and the epoch.
-    pub fn global_order(
+impl GlobalOrder for RandomOrder {
+    fn global_order(
         &self,
         layout: &dyn BlockLayout,
         seed: u64,
         epoch: u64,
     ) -> Result<Vec<SampleId>> {
-        let samples = layout.num_samples();
-        if samples == 0 {
-            return Err(Error::EmptyLayout);
-        }
-        let mut order: Vec<SampleId> = (0..samples).collect();
+        let mut order: Vec<SampleId> = (0..layout.num_samples()).collect();
         PlanRng::new(seed, epoch, Purpose::Permutation).shuffle(&mut order);
         Ok(order)
-    }
-}
-
-impl Sampler for RandomSampler {
-    fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        // Fail on the layout and the sharding before building the order.
-        self.sharding.check(layout, request)?;
-        let order = self.global_order(layout, request.seed, request.epoch)?;
-        self.sharding.plan(order, layout, request)
     }
 }

@@ -1,10 +1,13 @@
 //! The layout order, sharded: the fastest to read and the worst mixed.
 
-use kiln_core::{BlockLayout, Plan, PlanRequest, Result, SampleId, Sampler};
+use kiln_core::{BlockLayout, Result, SampleId};
 
-use crate::Sharding;
+use crate::order::GlobalOrder;
+use crate::sharded::Sharded;
+use crate::sharding::Sharding;
 
-/// Emits samples in layout order (file by file, block by block, row by row), sharded over ranks.
+/// Emits samples in layout order (file by file, block by block, row by row), sharded over ranks:
+/// the [`SequentialOrder`] in a [`Sharded`].
 ///
 /// Every read is sequential, but each batch comes from one or two files: use it for evaluation
 /// and as the speed reference, not for training.
@@ -20,34 +23,22 @@ use crate::Sharding;
 /// assert_eq!(plan.order(), &[0, 1, 2, 3, 4]);
 /// # Ok::<(), kiln_sampler::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SequentialSampler {
-    sharding: Sharding,
-}
+pub type SequentialSampler = Sharded<SequentialOrder>;
 
 impl SequentialSampler {
     /// A sequential sampler sharding by `sharding`; [`Default`] uses [`Sharding::default`]
     /// (batch size 1, drop the remainder).
     pub fn new(sharding: Sharding) -> Self {
-        Self { sharding }
-    }
-
-    /// The sharding configuration.
-    pub fn sharding(&self) -> Sharding {
-        self.sharding
-    }
-
-    /// The epoch's global order before sharding: `0..num_samples`.
-    pub fn global_order(&self, layout: &dyn BlockLayout) -> Vec<SampleId> {
-        (0..layout.num_samples()).collect()
+        Sharded::wrap(SequentialOrder, sharding)
     }
 }
 
-impl Sampler for SequentialSampler {
-    fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        // Fail on the layout and the sharding before building the order.
-        self.sharding.check(layout, request)?;
-        self.sharding
-            .plan(self.global_order(layout), layout, request)
+/// The layout order: `0..num_samples`, the same for every seed and epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SequentialOrder;
+
+impl GlobalOrder for SequentialOrder {
+    fn global_order(&self, layout: &dyn BlockLayout, _: u64, _: u64) -> Result<Vec<SampleId>> {
+        Ok((0..layout.num_samples()).collect())
     }
 }

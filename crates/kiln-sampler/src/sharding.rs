@@ -126,8 +126,9 @@ impl Sharding {
     /// Cuts an epoch's global order into the plan of the requested rank.
     ///
     /// `global` must be the epoch's full global order (every sample of `layout` once, the same on
-    /// every rank); the remainder policy is applied to it here. Use this to shard an order of
-    /// your own making the way kiln's samplers do.
+    /// every rank); the remainder policy is applied to it here. [`Sharded`](crate::Sharded) calls
+    /// this after [`check`](Self::check): implement [`GlobalOrder`](crate::GlobalOrder) and wrap
+    /// it to shard an order of your own the way kiln's samplers do.
     pub fn plan(
         &self,
         mut global: Vec<SampleId>,

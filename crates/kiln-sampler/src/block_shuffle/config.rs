@@ -2,8 +2,9 @@
 
 use kiln_core::{Error, Result};
 
-use super::BlockShuffleSampler;
-use crate::{RemainderPolicy, Sharding};
+use super::order::{BlockShuffleOrder, BlockShuffleSampler};
+use crate::sharded::Sharded;
+use crate::sharding::{RemainderPolicy, Sharding};
 
 /// Configuration of a [`BlockShuffleSampler`]: how many blocks are open at once (K), how many
 /// samples the shuffle buffer holds (S), whether block order is stratified, and the sharding.
@@ -154,7 +155,46 @@ impl BlockShuffleConfig {
 
     /// Validates the configuration and builds the sampler.
     pub fn init(self) -> Result<BlockShuffleSampler> {
-        BlockShuffleSampler::new(self)
+        self.validate()?;
+        Ok(Sharded::wrap(self.order(), self.sharding))
+    }
+
+    /// The global order this configuration describes (K, S, stratification), unchecked.
+    fn order(&self) -> BlockShuffleOrder {
+        BlockShuffleOrder {
+            open_blocks: self.open_blocks,
+            buffer_samples: self.buffer_samples,
+            stratified: self.stratified,
+        }
+    }
+}
+
+// The sampler's constructors sit beside its configuration so that the order (order.rs) needs
+// nothing from this file.
+impl BlockShuffleSampler {
+    /// A block shuffle with this configuration, after [validating](BlockShuffleConfig::validate)
+    /// it; the same as [`BlockShuffleConfig::init`]. [`Default`] uses
+    /// [`BlockShuffleConfig::default`].
+    pub fn new(config: BlockShuffleConfig) -> Result<Self> {
+        config.init()
+    }
+
+    /// The configuration: the order's K, S and stratification with the sharding.
+    pub fn config(&self) -> BlockShuffleConfig {
+        let order = self.order();
+        BlockShuffleConfig {
+            open_blocks: order.open_blocks,
+            buffer_samples: order.buffer_samples,
+            stratified: order.stratified,
+            sharding: self.sharding(),
+        }
+    }
+}
+
+impl Default for BlockShuffleOrder {
+    /// [`BlockShuffleConfig::default`]'s order: K = 192, S = 16,384, stratified.
+    fn default() -> Self {
+        BlockShuffleConfig::default().order()
     }
 }
 
@@ -194,5 +234,17 @@ mod tests {
             .unwrap_err();
         assert_eq!(error, Error::ZeroBatchSize);
         assert!(BlockShuffleConfig::block_order_only().validate().is_ok());
+    }
+
+    #[test]
+    fn the_sampler_gives_back_its_configuration() {
+        let config = BlockShuffleConfig::block_order_only()
+            .with_batch_size(8)
+            .with_remainder(RemainderPolicy::Pad);
+        assert_eq!(config.init().unwrap().config(), config);
+        assert_eq!(
+            BlockShuffleSampler::default().config(),
+            BlockShuffleConfig::default()
+        );
     }
 }

@@ -1,9 +1,9 @@
-//! The file-aware block shuffle: configuration, sampler and the interleave behind it.
+//! The file-aware block shuffle: configuration, global order and the interleave behind it.
 
 mod config;
 mod interleave;
-mod sampler;
+mod order;
 mod weights;
 
 pub use config::BlockShuffleConfig;
-pub use sampler::BlockShuffleSampler;
+pub use order::{BlockShuffleOrder, BlockShuffleSampler};

@@ -18,7 +18,9 @@ pub struct Residency {
 ///
 /// A block counts as held from its first use to its last use, inclusive (the
 /// [schedule](kiln_core::Plan::schedule)); a loader that frees single samples once they are
-/// emitted holds less. Blocks not in `layout` count zero rows.
+/// emitted holds less. Blocks not in `layout` count zero rows. kiln-data's `Loader::residency`
+/// gives the same figure for its own loader, with the prefetch window, read-ahead and assembled
+/// batches counted in.
 ///
 /// ```
 /// use kiln_core::{Fingerprint, Layout, PlanRequest, Sampler};

@@ -1,28 +1,19 @@
-//! The file-aware block shuffle sampler.
+//! The file-aware block shuffle's global order, and the sampler that shards it.
 
-use kiln_core::{BlockLayout, Error, Plan, PlanRequest, Result, SampleId, Sampler};
+use kiln_core::{BlockLayout, Error, Result, SampleId};
 
-use super::BlockShuffleConfig;
 use super::interleave::interleave;
+use crate::order::GlobalOrder;
 use crate::rng::{PlanRng, Purpose};
+use crate::sharded::Sharded;
 
 /// Shuffles blocks, not samples: reads stay sequential inside each block while batches mix many
-/// files.
+/// files. A [`BlockShuffleOrder`] sharded over ranks by the configured
+/// [`Sharding`](crate::Sharding); build it with [`BlockShuffleConfig::init`](super::BlockShuffleConfig::init)
+/// or [`BlockShuffleSampler::new`].
 ///
-/// An epoch's global order is made in three steps, all from ChaCha8 streams seeded by the run
-/// seed and the epoch (never by the world size, worker count or timing):
-///
-/// 1. **Block order.** The non-empty blocks get a Fisher-Yates order: within each of K
-///    contiguous strata of the layout when stratified (the default), or all together.
-/// 2. **Interleave.** K lanes read their blocks front to back; each next sample comes from a
-///    lane drawn with probability proportional to its remaining rows, so the lanes progress
-///    evenly.
-/// 3. **Buffer.** The interleaved stream is cut into windows of about S samples and each window
-///    is shuffled (Fisher-Yates).
-///
-/// The global order is then sharded over ranks by the configured [`Sharding`](crate::Sharding).
-/// See [`BlockShuffleConfig`] for the defaults and their memory cost, and
-/// [`quality`](crate::quality) to measure how well an order mixes.
+/// See [`BlockShuffleConfig`](super::BlockShuffleConfig) for the defaults and their memory cost,
+/// and [`quality`](crate::quality) to measure how well an order mixes.
 ///
 /// ```
 /// use kiln_core::{Fingerprint, Layout, PlanRequest, Sampler};
@@ -40,36 +31,43 @@ use crate::rng::{PlanRng, Purpose};
 /// assert_ne!(plan.order(), sampler.plan(&layout, &PlanRequest::new(42, 1))?.order());
 /// # Ok::<(), kiln_sampler::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BlockShuffleSampler {
-    config: BlockShuffleConfig,
+pub type BlockShuffleSampler = Sharded<BlockShuffleOrder>;
+
+/// The block shuffle's global order: K, S and stratification of a
+/// [`BlockShuffleConfig`](super::BlockShuffleConfig), without its sharding.
+///
+/// An epoch's global order is made in three steps, all from ChaCha8 streams seeded by the run
+/// seed and the epoch (never by the world size, worker count or timing):
+///
+/// 1. **Block order.** The non-empty blocks get a Fisher-Yates order: within each of K
+///    contiguous strata of the layout when stratified (the default), or all together.
+/// 2. **Interleave.** K lanes read their blocks front to back; each next sample comes from a
+///    lane drawn with probability proportional to its remaining rows, so the lanes progress
+///    evenly.
+/// 3. **Buffer.** The interleaved stream is cut into windows of about S samples and each window
+///    is shuffled (Fisher-Yates).
+///
+/// Built only from a validated configuration (K of at least 1); [`Default`] is
+/// [`BlockShuffleConfig::default`](super::BlockShuffleConfig::default)'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockShuffleOrder {
+    /// K, at least 1.
+    pub(super) open_blocks: usize,
+    /// S; 0 or 1 means no buffer.
+    pub(super) buffer_samples: usize,
+    pub(super) stratified: bool,
 }
 
-impl BlockShuffleSampler {
-    /// A block shuffle with this configuration, after [validating](BlockShuffleConfig::validate)
-    /// it. [`Default`] uses [`BlockShuffleConfig::default`].
-    pub fn new(config: BlockShuffleConfig) -> Result<Self> {
-        config.validate()?;
-        Ok(Self { config })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &BlockShuffleConfig {
-        &self.config
-    }
-
-    /// The epoch's global order before sharding: every sample of `layout` exactly once. Depends
-    /// only on the layout's blocks, the seed, the epoch and K, S and stratification.
-    pub fn global_order(
+impl GlobalOrder for BlockShuffleOrder {
+    /// Every sample of `layout` exactly once. Depends only on the layout's blocks, the seed, the
+    /// epoch and K, S and stratification.
+    fn global_order(
         &self,
         layout: &dyn BlockLayout,
         seed: u64,
         epoch: u64,
     ) -> Result<Vec<SampleId>> {
         let samples = layout.num_samples();
-        if samples == 0 {
-            return Err(Error::EmptyLayout);
-        }
         let capacity = usize::try_from(samples).map_err(|_| {
             Error::InvalidConfig(format!(
                 "{samples} samples do not fit in memory on this platform"
@@ -78,27 +76,18 @@ impl BlockShuffleSampler {
         let mut order = Vec::with_capacity(capacity);
         interleave(
             layout.blocks(),
-            self.config.open_blocks,
-            self.config.stratified,
+            self.open_blocks,
+            self.stratified,
             &mut PlanRng::new(seed, epoch, Purpose::BlockOrder),
             &mut PlanRng::new(seed, epoch, Purpose::Interleave),
             &mut order,
         );
         shuffle_windows(
             &mut order,
-            self.config.buffer_samples,
+            self.buffer_samples,
             &mut PlanRng::new(seed, epoch, Purpose::Buffer),
         );
         Ok(order)
-    }
-}
-
-impl Sampler for BlockShuffleSampler {
-    fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
-        // Fail on the layout and the sharding before spending time on the order.
-        self.config.sharding.check(layout, request)?;
-        let order = self.global_order(layout, request.seed, request.epoch)?;
-        self.config.sharding.plan(order, layout, request)
     }
 }
 
@@ -125,6 +114,7 @@ mod tests {
     use kiln_core::{Fingerprint, Layout};
 
     use super::*;
+    use crate::BlockShuffleConfig;
 
     #[test]
     fn plans_are_pinned() {
@@ -150,8 +140,10 @@ mod tests {
                 PINNED_SHARED,
             ),
         ] {
-            let order = BlockShuffleSampler::new(config)
+            let order = config
+                .init()
                 .unwrap()
+                .order()
                 .global_order(&layout, 2024, 7)
                 .unwrap();
             assert_eq!(order, pinned, "{config:?}");

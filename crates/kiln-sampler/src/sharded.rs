@@ -1,0 +1,100 @@
+//! `Sharded<O>`: any global order as a sampler, cut over data-parallel ranks.
+
+use kiln_core::{BlockLayout, Plan, PlanRequest, Result, Sampler};
+
+use crate::order::GlobalOrder;
+use crate::sharding::Sharding;
+
+/// A [`GlobalOrder`] sharded over ranks by a [`Sharding`]: the one place where kiln's samplers
+/// check a request, build the epoch's global order and cut it into the requested rank's plan.
+///
+/// [`SequentialSampler`](crate::SequentialSampler), [`RandomSampler`](crate::RandomSampler) and
+/// [`BlockShuffleSampler`](crate::BlockShuffleSampler) are this wrapper around their orders;
+/// wrap an order of your own with [`wrap`](Self::wrap). Resuming is
+/// [`Sampler::resume`]'s default: regenerate the plan, skip the consumed prefix of the global
+/// order.
+///
+/// ```
+/// use kiln_core::{Fingerprint, Layout, PlanRequest, Sampler, Shard};
+/// use kiln_sampler::{RemainderPolicy, Sharded, Sharding, SequentialOrder, SequentialSampler};
+///
+/// let mut builder = Layout::builder();
+/// builder.add_file(Fingerprint::of_bytes(b"a"), &[6]);
+/// let layout = builder.build()?;
+/// let sharding = Sharding::new(1, RemainderPolicy::Drop);
+/// let sampler = Sharded::wrap(SequentialOrder, sharding);
+/// assert_eq!(sampler, SequentialSampler::new(sharding));
+/// let rank1 = PlanRequest::new(0, 0).with_shard(Shard::new(1, 3)?);
+/// assert_eq!(sampler.plan(&layout, &rank1)?.order(), &[1, 4]);
+/// # Ok::<(), kiln_sampler::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sharded<O> {
+    order: O,
+    sharding: Sharding,
+}
+
+impl<O> Sharded<O> {
+    /// Shards `order` by `sharding`. The sharding is checked when planning (a zero batch size is
+    /// refused there with [`Error::ZeroBatchSize`](kiln_core::Error::ZeroBatchSize)).
+    pub fn wrap(order: O, sharding: Sharding) -> Self {
+        Self { order, sharding }
+    }
+
+    /// The global order being sharded.
+    pub fn order(&self) -> &O {
+        &self.order
+    }
+
+    /// The sharding configuration.
+    pub fn sharding(&self) -> Sharding {
+        self.sharding
+    }
+
+    /// The global order, unwrapped.
+    pub fn into_order(self) -> O {
+        self.order
+    }
+}
+
+impl<O: GlobalOrder> Sampler for Sharded<O> {
+    fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
+        // Fail on the layout and the sharding before spending time on the order.
+        self.sharding.check(layout, request)?;
+        let order = self
+            .order
+            .global_order(layout, request.seed, request.epoch)?;
+        self.sharding.plan(order, layout, request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kiln_core::{Fingerprint, Layout, Shard};
+
+    use super::*;
+    use crate::{RandomOrder, RandomSampler, RemainderPolicy};
+
+    #[test]
+    fn boxed_and_shared_orders_plan_like_the_order_itself() {
+        let mut builder = Layout::builder();
+        builder.add_file(Fingerprint::of_bytes(b"a"), &[7, 5]);
+        let layout = builder.build().unwrap();
+        let sharding = Sharding::new(2, RemainderPolicy::Pad);
+        let request = PlanRequest::new(3, 1).with_shard(Shard::new(1, 2).unwrap());
+        let expected = RandomSampler::new(sharding)
+            .plan(&layout, &request)
+            .unwrap();
+        let boxed: Box<dyn GlobalOrder> = Box::new(RandomOrder);
+        let shared: Arc<dyn GlobalOrder> = Arc::new(RandomOrder);
+        for sampler in [
+            Sharded::wrap(boxed, sharding).plan(&layout, &request),
+            Sharded::wrap(Arc::clone(&shared), sharding).plan(&layout, &request),
+            Sharded::wrap(&RandomOrder, sharding).plan(&layout, &request),
+        ] {
+            assert_eq!(sampler.unwrap(), expected);
+        }
+    }
+}
