@@ -8,21 +8,21 @@
 //! from other processes hits all variants alike, and prints the median ratio of each trainer
 //! variant to the hand-written loop doing the same work.
 //!
+//! The model is kiln-testkit's MLP (256-512-512-16, seeded weights), the one the trainer's
+//! tests use.
+//!
 //! Run: `cargo bench --bench trainer_overhead` (add `-- --quick` for a short run).
 
 use std::time::{Duration, Instant};
 
-use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use criterion::Criterion;
 use kiln::backend::CpuAutodiff;
-use kiln::train::{
-    Autocast, StepOutput, TrainStep, Trainer, TrainerConfig, global_grad_norm, materialize,
-};
+use kiln::train::{Trainer, TrainerConfig, global_grad_norm, materialize};
+use kiln_testkit::{Mlp, MlpConfig, RegressionBatch as Batch};
 
 type B = CpuAutodiff;
 
@@ -32,54 +32,10 @@ const OUTPUTS: usize = 16;
 const BATCH: usize = 128;
 const LEARNING_RATE: f64 = 1e-4;
 
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    first: Linear<B>,
-    second: Linear<B>,
-    output: Linear<B>,
-    activation: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.activation.forward(self.first.forward(inputs));
-        let x = self.activation.forward(self.second.forward(x));
-        self.output.forward(x)
-    }
-}
-
-#[derive(Clone)]
-struct Batch<B: Backend> {
-    inputs: Tensor<B, 2>,
-    targets: Tensor<B, 2>,
-}
-
-impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
-    type Input = Batch<B>;
-    type Output = ();
-
-    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
-        let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
-        StepOutput::new(
-            MseLoss::new().forward(predictions, batch.targets, Reduction::Mean),
-            (),
-        )
-    }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
-    }
-}
-
 fn setup() -> (Mlp<B>, Batch<B>) {
     let device = Default::default();
     B::seed(&device, 1);
-    let model = Mlp {
-        first: LinearConfig::new(INPUTS, HIDDEN).init(&device),
-        second: LinearConfig::new(HIDDEN, HIDDEN).init(&device),
-        output: LinearConfig::new(HIDDEN, OUTPUTS).init(&device),
-        activation: Relu::new(),
-    };
+    let model = MlpConfig::new(INPUTS, &[HIDDEN, HIDDEN], OUTPUTS).init(&device);
     materialize(&model);
     let batch = Batch {
         inputs: Tensor::random([BATCH, INPUTS], Distribution::Normal(0.0, 1.0), &device),

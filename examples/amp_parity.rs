@@ -12,6 +12,9 @@
 //! `--features wgpu` for a Vulkan GPU). A precision the device cannot run (bf16 on Mesa's
 //! lavapipe) is reported as unsupported (`bf16_supported: false`) and skipped.
 //!
+//! The model, batch and step are defined here rather than taken from kiln-testkit, so the
+//! example reads on its own.
+//!
 //! Run: `cargo run --release --example amp_parity -- --help`
 //! On a Vulkan device: `cargo run --release --features wgpu --example amp_parity -- --device wgpu`
 
@@ -27,7 +30,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
 use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::core::{StepOutcome, StepReport};
+use kiln::core::{PlainBatches, StepOutcome, StepReport};
 use kiln::train::{
     Autocast, Precision, ProgressObserver, StepOutput, TrainStep, Trainer, TrainerConfig,
     materialize,
@@ -102,6 +105,13 @@ struct Batch<B: Backend> {
     targets: Tensor<B, 2>,
 }
 
+impl<B: Backend> Batch<B> {
+    /// Rows in the batch: what `fit`'s position counts.
+    fn len(&self) -> usize {
+        self.inputs.dims()[0]
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
     type Input = Batch<B>;
     type Output = ();
@@ -111,10 +121,6 @@ impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
         let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
         let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
         StepOutput::new(loss, ())
-    }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
     }
 }
 
@@ -245,7 +251,8 @@ impl BackendTask for AmpParity {
                 std::sync::Arc::new(ProgressObserver::new().with_total_steps(total_steps));
             trainer.add_observer(progress.clone());
             let started = Instant::now();
-            let summary = trainer.fit(|_| train.clone())?;
+            let summary =
+                trainer.fit(|position| PlainBatches::new(train.clone(), position, Batch::len))?;
             progress.finish();
             let seconds = started.elapsed().as_secs_f64();
             let final_loss = full_loss(&trainer.model().valid(), &eval)?;

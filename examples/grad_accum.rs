@@ -8,6 +8,9 @@
 //! are not emulated), whose parameters drift away. Each epoch ends with a partial window that kiln divides by its own
 //! size.
 //!
+//! The model, batch and step are defined here rather than taken from kiln-testkit, so the
+//! example reads on its own.
+//!
 //! Run: `cargo run --release --example grad_accum -- --help`
 
 use anyhow::{Context, ensure};
@@ -19,6 +22,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
 use kiln::backend::{BackendTask, DevicePreference, select};
+use kiln::core::PlainBatches;
 use kiln::train::{Autocast, StepOutput, TrainStep, Trainer, TrainerConfig, materialize};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -75,6 +79,13 @@ struct Batch<B: Backend> {
     targets: Tensor<B, 2>,
 }
 
+impl<B: Backend> Batch<B> {
+    /// Rows in the batch: what `fit`'s position counts.
+    fn len(&self) -> usize {
+        self.inputs.dims()[0]
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
     type Input = Batch<B>;
     type Output = ();
@@ -85,10 +96,6 @@ impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
             MseLoss::new().forward(predictions, batch.targets, Reduction::Mean),
             (),
         )
-    }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
     }
 }
 
@@ -208,9 +215,11 @@ impl BackendTask for GradAccum {
             )
         };
         let mut accumulated = trainer(k)?;
-        let summary = accumulated.fit(|_| micro.clone())?;
+        let summary =
+            accumulated.fit(|position| PlainBatches::new(micro.clone(), position, Batch::len))?;
         let mut single = trainer(1)?;
-        let large_summary = single.fit(|_| large.clone())?;
+        let large_summary =
+            single.fit(|position| PlainBatches::new(large.clone(), position, Batch::len))?;
         ensure!(
             summary.counters.optimizer_steps == large_summary.counters.optimizer_steps,
             "both runs must take the same optimizer steps"

@@ -22,7 +22,6 @@ use kiln::backend::{BackendTask, DevicePreference, select};
 use kiln::core::Metric;
 use kiln::metrics::{
     BatchShape, MetricReport, MetricsConfig, Parallelism, TensorTrajectoryBatch, TrajectoryBatch,
-    TrajectoryMetrics,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -154,8 +153,9 @@ fn host_pass(args: &Args, data: &Data, threads: usize) -> anyhow::Result<(f64, M
     let mut best = f64::INFINITY;
     let mut report = None;
     for _ in 0..args.repeats.max(1) {
-        let mut metrics =
-            TrajectoryMetrics::new(MetricsConfig::argoverse2())?.with_parallelism(parallelism);
+        let mut metrics = MetricsConfig::argoverse2()
+            .init()?
+            .with_parallelism(parallelism);
         let started = Instant::now();
         // Validation is part of the measured work: a real update checks its inputs.
         let batch = TrajectoryBatch::new(shape, &data.predictions, &data.ground_truth)?
@@ -214,7 +214,7 @@ fn measure_tensor<B: Backend>(
     let mut best = f64::INFINITY;
     let mut report = None;
     for _ in 0..args.repeats.max(1) {
-        let mut metrics = TrajectoryMetrics::new(MetricsConfig::argoverse2())?;
+        let mut metrics = MetricsConfig::argoverse2().init()?;
         let started = Instant::now();
         for batch in &batches {
             metrics.update(batch)?;

@@ -8,7 +8,8 @@
 //! | `core` | [`core`] | `kiln-core`: the shared traits |
 //! | `backend` | [`backend`] | Burn backend selection (CUDA, a Vulkan GPU, or flex on the CPU) |
 //! | `sampler` | [`sampler`] | `kiln-sampler`: block shuffle, sharding, resume |
-//! | `data` | [`data`] | `kiln-data`: Parquet source, caches, loader |
+//! | `cache` | [`cache`] | `kiln-cache`: fingerprinted preprocessing caches (disk + RAM) |
+//! | `data` | [`data`] | `kiln-data`: Parquet source, loader (implies `cache`) |
 //! | `train` | [`train`] | `kiln-train`: the training loop |
 //! | `metrics` | [`metrics`] | `kiln-metrics`: trajectory metrics |
 //! | `cuda` | — | Burn's CUDA backend with fusion and autotune |
@@ -25,6 +26,8 @@
 
 #[cfg(feature = "backend")]
 pub mod backend;
+#[cfg(feature = "cache")]
+pub use kiln_cache as cache;
 #[cfg(feature = "core")]
 pub use kiln_core as core;
 #[cfg(feature = "data")]

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use kiln::cache::{Cached, Codec, DiskCache};
 use kiln::core::{BlockLayout, BlockSource, Fingerprint, PlanRequest, Sampler, Transform};
-use kiln::data::{Cached, Codec, DiskCache, Loader, LoaderConfig, ParquetSource, RowDecoder};
+use kiln::data::{Loader, LoaderConfig, ParquetSource, RowDecoder};
 use kiln::sampler::BlockShuffleSampler;
 
 use crate::dataset::Row;

@@ -3,8 +3,9 @@
 
 use std::convert::Infallible;
 
+use kiln::cache::{BincodeCodec, Codec};
 use kiln::core::{Fingerprint, Transform};
-use kiln::data::{BincodeCodec, Codec, Collate, collate_fn};
+use kiln::data::{Collate, collate_fn};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::Row;

@@ -90,7 +90,7 @@ struct Args {
     dir: Option<PathBuf>,
     /// Cache segments of at least this many bytes are memory-mapped, smaller ones read (the
     /// example's segments are about 200 KB; 0 maps every one).
-    #[arg(long, default_value_t = kiln::data::DEFAULT_MMAP_THRESHOLD)]
+    #[arg(long, default_value_t = kiln::cache::DEFAULT_MMAP_THRESHOLD)]
     mmap_threshold: u64,
     /// Write the figures as one JSON object to this path.
     #[arg(long)]

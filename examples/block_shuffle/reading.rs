@@ -32,7 +32,7 @@ pub struct Reading {
     pub block_shuffle_vs_sequential_first_epoch: f64,
     /// Median time to build a block-shuffle plan.
     pub block_shuffle_plan_seconds: f64,
-    /// Largest `Loader::memory_bound` of the block-shuffle plans, in source samples.
+    /// Largest `Loader::residency` of the block-shuffle plans, in source samples.
     pub block_shuffle_peak_samples_held: u64,
     /// Naive per-sample random access, extrapolated from `random_timed_reads` reads.
     pub random_rows_per_s: f64,
@@ -92,7 +92,7 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
             let request = PlanRequest::new(setup.seed, epoch);
             let plan = setup.shuffle.plan(source.as_ref(), &request)?;
             plan_seconds.push(started.elapsed().as_secs_f64());
-            peak_samples_held = peak_samples_held.max(loader.memory_bound(&plan).max_samples());
+            peak_samples_held = peak_samples_held.max(loader.residency(&plan).max_samples());
             plans.push(plan);
         }
         let seconds = run_chain(&loader, plans, "block shuffle epochs")?;

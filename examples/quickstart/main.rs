@@ -20,7 +20,6 @@ mod model;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, ensure};
@@ -29,12 +28,13 @@ use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
 use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::core::{BlockLayout, Event, Observer, PlanRequest};
-use kiln::data::{BurnCollate, Cached, DiskCache, Loader, LoaderConfig, ParquetSource};
-use kiln::metrics::{MetricsConfig, TrajectoryMetrics};
+use kiln::cache::{Cached, DiskCache};
+use kiln::core::{BlockLayout, PlanRequest, Sampler};
+use kiln::data::{BurnCollate, LoaderConfig, ParquetSource};
+use kiln::metrics::MetricsConfig;
 use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
 use kiln::train::{
-    CheckpointConfig, GradientClipping, Precision, ProgressObserver, Trainer, TrainerConfig,
+    CheckpointConfig, GradientClipping, Precision, ProgressObserver, TrainerConfig,
     latest_checkpoint,
 };
 
@@ -91,27 +91,6 @@ struct Args {
     /// Write the figures as one JSON object to this path.
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-/// Sums the loader wait the trainer saw before each batch.
-#[derive(Debug, Default)]
-struct DataWait {
-    nanos: AtomicU64,
-}
-
-impl Observer for DataWait {
-    fn on_event(&self, event: &Event) {
-        if let Event::BatchReady { wait, .. } = event {
-            self.nanos
-                .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
-        }
-    }
-}
-
-impl DataWait {
-    fn take_seconds(&self) -> f64 {
-        self.nanos.swap(0, Ordering::Relaxed) as f64 * 1e-9
-    }
 }
 
 /// What one epoch measured.
@@ -173,18 +152,16 @@ impl BackendTask for Quickstart {
             .with_remainder(RemainderPolicy::Drop)
             .init()?;
         let loader_config = LoaderConfig::new().with_workers(args.workers);
-        let train_loader = Loader::new(
+        let train_loader = loader_config.init(
             train,
             BurnCollate::<B, _, PlayerBatch<B>>::new(PlayerBatcher, device.clone()),
-            loader_config,
         )?;
-        let valid_loader = Loader::new(
+        let valid_loader = loader_config.init(
             valid,
             BurnCollate::<B::InnerBackend, _, PlayerBatch<B::InnerBackend>>::new(
                 PlayerBatcher,
                 device.clone(),
             ),
-            loader_config,
         )?;
         let valid_batches = valid_loader
             .plan_epoch(
@@ -193,7 +170,12 @@ impl BackendTask for Quickstart {
             )?
             .collect::<Result<Vec<_>, _>>()?;
 
-        let steps_per_epoch = train_loader.source().num_samples() / args.batch;
+        // The plan knows how many whole batches an epoch has (the sampler drops the rest).
+        let first_plan = sampler.plan(
+            train_loader.source().as_ref(),
+            &PlanRequest::new(args.seed, 0),
+        )?;
+        let steps_per_epoch = first_plan.len() as u64 / first_plan.batch_size();
         let total_steps = steps_per_epoch * args.epochs;
         let scheduler = CosineAnnealingLrSchedulerConfig::new(args.lr, total_steps as usize)
             .with_min_lr(args.lr * 0.01)
@@ -209,7 +191,7 @@ impl BackendTask for Quickstart {
         }
         B::seed(&device, args.seed);
         let model = Forecaster::<B>::new(args.width, &device);
-        let mut trainer = Trainer::new(model, AdamConfig::new().init(), scheduler, config, device)?;
+        let mut trainer = config.init(model, AdamConfig::new().init(), scheduler, device)?;
         if let Some(dir) = &args.checkpoint_dir
             && let Some(latest) = latest_checkpoint(dir)?
         {
@@ -218,28 +200,18 @@ impl BackendTask for Quickstart {
         }
 
         let progress = Arc::new(ProgressObserver::new().with_total_steps(total_steps));
-        let data_wait = Arc::new(DataWait::default());
         trainer.add_observer(Arc::clone(&progress));
-        trainer.add_observer(Arc::clone(&data_wait));
 
-        let mut metrics = TrajectoryMetrics::new(MetricsConfig::argoverse2())?;
+        let mut metrics = MetricsConfig::argoverse2().init()?;
         let mut figures = Vec::new();
-        let epoch_started = std::cell::Cell::new(Instant::now());
-        let mut samples_before = trainer.counters().samples;
         println!("epoch  train loss  minADE@6  minFDE@6  MR@6    ADE@1   samples/s  data wait");
-        trainer.try_fit_with(
+        trainer.fit_with(
+            // Each epoch's plan, resumed at the trainer's position (mid-epoch after a restart).
             |position| {
-                epoch_started.set(Instant::now());
                 let request = PlanRequest::new(args.seed, position.epoch);
-                match train_loader.resume_epoch(&sampler, &request, position) {
-                    Ok(epoch) => Box::new(epoch) as Box<dyn Iterator<Item = _>>,
-                    Err(error) => Box::new(std::iter::once(Err(error))),
-                }
+                train_loader.resume_epoch(&sampler, &request, position)
             },
             |trainer, epoch| {
-                let train_seconds = epoch_started.get().elapsed().as_secs_f64();
-                let samples = trainer.counters().samples - samples_before;
-                samples_before = trainer.counters().samples;
                 metrics.reset();
                 let report = trainer.validate(valid_batches.iter().cloned(), &mut metrics)?;
                 let top = |k| report.horizons[0].at(k);
@@ -247,15 +219,15 @@ impl BackendTask for Quickstart {
                     top(k).and_then(pick).unwrap_or(f64::NAN)
                 };
                 let row = EpochFigures {
-                    epoch,
+                    epoch: epoch.epoch,
                     train_loss: trainer.last_loss()?.unwrap_or(f64::NAN),
                     min_ade: value(MODES, |r| r.min_ade),
                     min_fde: value(MODES, |r| r.min_fde),
                     miss_rate: value(MODES, |r| r.miss_rate),
                     ade_top1: value(1, |r| r.min_ade),
-                    train_seconds,
-                    samples_per_s: samples as f64 / train_seconds,
-                    data_wait_fraction: data_wait.take_seconds() / train_seconds,
+                    train_seconds: epoch.elapsed.as_secs_f64(),
+                    samples_per_s: epoch.samples_per_second(),
+                    data_wait_fraction: epoch.data_wait_fraction(),
                 };
                 progress.suspend(|| {
                     println!(

@@ -101,10 +101,6 @@ impl<B: AutodiffBackend> TrainStep<B> for Forecaster<B> {
             .forward(logits, best.reshape([agents]));
         StepOutput::new(regression + classification.mul_scalar(0.5), ())
     }
-
-    fn batch_samples(&self, batch: &PlayerBatch<B>) -> u64 {
-        batch.history.dims()[0] as u64
-    }
 }
 
 /// Validation: K trajectories with softmax probabilities, for kiln-metrics on the device.

@@ -102,10 +102,12 @@ pub enum Event {
         epoch: u64,
         /// Optimizer steps attempted in the epoch.
         steps: u64,
-        /// Samples consumed in the epoch.
+        /// Samples this rank trained on in the epoch.
         samples: u64,
     },
-    /// The loader handed over a batch.
+    /// A batch was handed over: by kiln-data's loader to its observers (the wait for the
+    /// workers), and by the trainer's `fit` to its observers (the wait for the data iterator).
+    /// An observer attached to both sees each batch twice.
     BatchReady {
         /// The epoch, counted from zero.
         epoch: u64,

@@ -7,10 +7,11 @@
 //! |---|---|---|
 //! | [`BlockLayout`] (with [`Layout`]) | `kiln-data`'s Parquet source, caches | samplers |
 //! | [`Sampler`] → [`Plan`] | `kiln-sampler` | `kiln-data`'s loader |
-//! | [`BlockSource`] | `kiln-data`'s Parquet source and caches | the loader |
-//! | [`Transform`] | user preprocessing | caches, the loader |
+//! | [`BlockSource`] | `kiln-data`'s Parquet source, `kiln-cache`'s caches | the loader |
+//! | [`Transform`] | user preprocessing | `kiln-cache` (it caches the transform's output) |
+//! | [`PositionedBatches`] → [`Position`] | `kiln-data`'s epochs, [`PlainBatches`] | the trainer's `fit` and checkpoints |
 //! | [`Metric`] | `kiln-metrics` | the trainer's validation, user code |
-//! | [`Observer`] ← [`Event`] | `kiln-profile`, progress bars, loggers | the trainer, the loader |
+//! | [`Observer`] ← [`Event`] | `kiln-train`'s progress bar, user loggers | the trainer, the loader |
 //!
 //! The crate depends on neither Burn nor Arrow, so every kiln crate can share it cheaply.
 //!
@@ -54,7 +55,10 @@ mod fingerprint;
 mod layout;
 mod metric;
 mod observer;
+mod panic_message;
 mod plan;
+mod position;
+mod positioned;
 mod sampler;
 mod shard;
 mod source;
@@ -69,8 +73,11 @@ pub use layout::{
 };
 pub use metric::Metric;
 pub use observer::{NoObserver, Observer};
+pub use panic_message::panic_message;
 pub use plan::{BlockUse, Plan};
+pub use position::Position;
+pub use positioned::{PlainBatches, PositionedBatches};
 pub use sampler::Sampler;
-pub use shard::{PlanRequest, Position, Shard};
+pub use shard::{PlanRequest, Shard};
 pub use source::BlockSource;
 pub use transform::{FnTransform, Transform, transform_fn};

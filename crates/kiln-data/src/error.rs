@@ -7,10 +7,11 @@ use kiln_core::{BlockIndex, FileId};
 /// A `Result` whose error is kiln-data's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A boxed error from a component kiln-data wraps (an inner block source, a transform).
+/// A boxed error from a component kiln-data wraps (an inner block source).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// What went wrong while reading Parquet files, caching samples or loading batches.
+/// What went wrong while reading Parquet files or loading batches, or in a kiln-cache stacked
+/// between the two ([`Error::Cache`]).
 ///
 /// Every variant names where it happened: the file, the row group (block), the column, the row
 /// or the batch, so the message can be acted on without a debugger.
@@ -119,28 +120,18 @@ pub enum Error {
     /// A layout or plan was invalid.
     #[error(transparent)]
     Core(#[from] kiln_core::Error),
-    /// A sample could not be encoded for the cache.
-    #[error("cannot encode sample {row} of block {block} for the cache: {reason}")]
-    Encode {
-        /// The block.
-        block: BlockIndex,
-        /// The sample's row inside the block.
-        row: u64,
-        /// What the codec reported.
-        reason: String,
-    },
-    /// A cache segment failed verification (bad magic, header, length or checksum) or could not
-    /// be decoded. Caches report it and rebuild the segment; it is returned only by the
-    /// low-level [`DiskCache`](crate::DiskCache) API.
-    #[error("corrupt cache segment {path} (block {block}): {reason}")]
-    CorruptSegment {
-        /// The segment file.
-        path: PathBuf,
-        /// The block the segment caches.
-        block: BlockIndex,
-        /// What failed.
-        reason: String,
-    },
+    /// A preprocessing cache ([`kiln_cache::Cached`]) between the source and the loader failed
+    /// in a way only a cache can: a transform rejected a sample, a sample did not encode, a
+    /// segment failed verification.
+    ///
+    /// Cache errors that kiln-data has a variant for arrive as that variant instead (see the
+    /// `From<kiln_cache::Error>` impl), as they did before the cache had a crate of its own: an
+    /// I/O error on a cache file as [`Error::Io`], a missing block as [`Error::NoSuchBlock`], a
+    /// panic while warming as [`Error::Panicked`], and an inner source's failure as the inner
+    /// error itself when it is kiln-data's (a Parquet error under the cache), else as
+    /// [`Error::Source`].
+    #[error(transparent)]
+    Cache(kiln_cache::Error),
     /// An inner block source failed to read a block.
     #[error("reading {location} failed: {source}")]
     Source {
@@ -154,22 +145,7 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
-    /// A transform rejected a sample.
-    #[error("transform failed on {location}, row {row}: {source}")]
-    Transform {
-        /// Where the block lives (the file path and row group when the layout knows them).
-        location: String,
-        /// The block.
-        block: BlockIndex,
-        /// The block's file id in the layout.
-        file: FileId,
-        /// The sample's row inside the block.
-        row: u64,
-        /// The transform's error.
-        #[source]
-        source: BoxError,
-    },
-    /// A worker panicked while reading a block or collating a batch.
+    /// A worker panicked while reading a block, collating a batch or warming a cache.
     #[error("a worker panicked while {task}: {message}")]
     Panicked {
         /// What the worker was doing, with the block, file or batch it was working on.
@@ -219,7 +195,7 @@ impl Error {
     }
 
     /// Wraps an inner source's error with the block and file, unless it already is a kiln-data
-    /// error (which names its file itself).
+    /// or kiln-cache error (which names its file or block itself).
     pub(crate) fn from_source<E>(
         location: String,
         block: BlockIndex,
@@ -230,7 +206,20 @@ impl Error {
         E: std::error::Error + Send + Sync + 'static,
     {
         let boxed: BoxError = Box::new(error);
-        match boxed.downcast::<Error>() {
+        match boxed.downcast::<kiln_cache::Error>() {
+            Ok(cache) => Self::from(*cache),
+            Err(other) => Self::from_boxed_source(location, block, file, other),
+        }
+    }
+
+    /// An inner source's boxed error: itself when it is a kiln-data error, else wrapped.
+    fn from_boxed_source(
+        location: String,
+        block: BlockIndex,
+        file: FileId,
+        source: BoxError,
+    ) -> Self {
+        match source.downcast::<Error>() {
             Ok(own) => *own,
             Err(source) => Self::Source {
                 location,
@@ -243,14 +232,41 @@ impl Error {
 
     /// The text of a caught panic payload.
     pub(crate) fn panicked(task: String, payload: Box<dyn std::any::Any + Send>) -> Self {
-        let message = if let Some(text) = payload.downcast_ref::<&str>() {
-            (*text).to_owned()
-        } else if let Some(text) = payload.downcast_ref::<String>() {
-            text.clone()
-        } else {
-            "a panic with a non-text payload".to_owned()
-        };
-        Self::Panicked { task, message }
+        Self::Panicked {
+            task,
+            message: kiln_core::panic_message(payload.as_ref()),
+        }
+    }
+}
+
+impl From<kiln_cache::Error> for Error {
+    /// A cache error as kiln-data reports it with or without the cache: a kiln-data error that
+    /// the cache only passed on from its inner source comes back as itself (a Parquet error read
+    /// through a cache is the same error as without it), the failures both crates name alike
+    /// (I/O, a missing block, a foreign source error, a panic) become kiln-data's variant with
+    /// the same message, and the cache's own failures are kept as [`Error::Cache`].
+    fn from(error: kiln_cache::Error) -> Self {
+        use kiln_cache::Error as Cache;
+        match error {
+            Cache::Source {
+                location,
+                block,
+                file,
+                source,
+            } => Self::from_boxed_source(location, block, file, source),
+            Cache::Io {
+                action,
+                path,
+                source,
+            } => Self::Io {
+                action,
+                path,
+                source,
+            },
+            Cache::NoSuchBlock { block, blocks } => Self::NoSuchBlock { block, blocks },
+            Cache::Panicked { task, message } => Self::Panicked { task, message },
+            other => Self::Cache(other),
+        }
     }
 }
 
@@ -298,6 +314,70 @@ mod tests {
             wrapped.to_string(),
             "reading block 4 (file 1) failed: disk on fire"
         );
+    }
+
+    #[test]
+    fn cache_errors_convert_to_what_they_were_before_the_cache_had_its_crate() {
+        let location = || "block 3 (file 0)".to_owned();
+        // What the cache's inner source reported, as the cache hands it on: the inner error.
+        let passed_on = kiln_cache::Error::Source {
+            location: location(),
+            block: 3,
+            file: 0,
+            source: Box::new(Error::NoSuchBlock {
+                block: 3,
+                blocks: 2,
+            }),
+        };
+        let error = Error::from_source(location(), 3, 0, passed_on);
+        assert!(
+            matches!(error, Error::NoSuchBlock { block: 3, .. }),
+            "{error}"
+        );
+        // A foreign inner error: kiln-data's `Source`, with the cache's message.
+        let foreign = kiln_cache::Error::Source {
+            location: location(),
+            block: 3,
+            file: 0,
+            source: Box::new(std::io::Error::other("disk on fire")),
+        };
+        let message = foreign.to_string();
+        let error = Error::from(foreign);
+        assert!(matches!(error, Error::Source { block: 3, .. }), "{error}");
+        assert_eq!(error.to_string(), message);
+        // Failures both crates name alike keep their message under kiln-data's variant.
+        let cases = [
+            kiln_cache::Error::Panicked {
+                task: "warming block 1 (file 0)".to_owned(),
+                message: "boom".to_owned(),
+            },
+            kiln_cache::Error::NoSuchBlock {
+                block: 7,
+                blocks: 2,
+            },
+        ];
+        for cache in cases {
+            let message = cache.to_string();
+            let error = Error::from_source(location(), 1, 0, cache);
+            assert!(!matches!(error, Error::Cache(_)), "{error}");
+            assert_eq!(error.to_string(), message);
+        }
+        // The cache's own failures stay the cache's.
+        let encode = kiln_cache::Error::Encode {
+            block: 3,
+            row: 1,
+            reason: "too large".to_owned(),
+        };
+        let message = encode.to_string();
+        let error = Error::from(encode);
+        assert!(
+            matches!(
+                error,
+                Error::Cache(kiln_cache::Error::Encode { row: 1, .. })
+            ),
+            "{error}"
+        );
+        assert_eq!(error.to_string(), message);
     }
 
     #[test]

@@ -13,14 +13,12 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use common::{pair_decoder, write_dataset};
+use kiln_cache::{Cached, DiskCache};
 use kiln_core::{
     BlockIndex, BlockLayout, BlockSource, Event, Layout, Plan, PlanRequest, Position, Result,
     SampleId, Sampler, Shard, transform_fn,
 };
-use kiln_data::{
-    BurnCollate, Cached, DiskCache, Error, Loader, LoaderConfig, NoCollate, ParquetSource,
-    collate_fn,
-};
+use kiln_data::{BurnCollate, Error, Loader, LoaderConfig, NoCollate, ParquetSource, collate_fn};
 use kiln_sampler::{BlockShuffleConfig, RemainderPolicy};
 use kiln_testkit::{InOrderSampler, MemorySource, RecordingObserver};
 use proptest::prelude::*;
@@ -421,7 +419,7 @@ fn a_plan_for_another_layout_is_refused() {
 }
 
 #[test]
-fn the_memory_bound_follows_the_plan() {
+fn the_residency_follows_the_plan() {
     let source = MemorySource::with_ids(&[&[100; 10]]);
     let config = LoaderConfig::new()
         .with_workers(2)
@@ -431,11 +429,11 @@ fn the_memory_bound_follows_the_plan() {
     let sequential = InOrderSampler::new(10)
         .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
         .unwrap();
-    let bound = loader.memory_bound(&sequential);
+    let bound = loader.residency(&sequential);
     assert_eq!(bound.peak_window_blocks, 2);
     assert_eq!(bound.max_samples(), 200 + 200 + 20);
     let scrambled = scrambled_plan(loader.source().as_ref(), 10, 0);
-    assert_eq!(loader.memory_bound(&scrambled).peak_window_blocks, 10);
+    assert_eq!(loader.residency(&scrambled).peak_window_blocks, 10);
 }
 
 /// Live `Tracked` samples, and the most there ever were at once.
@@ -507,7 +505,7 @@ impl BlockSource for TrackedSource {
 }
 
 #[test]
-fn live_samples_stay_within_the_memory_bound() {
+fn live_samples_stay_within_the_residency_bound() {
     // 40 blocks of 50 samples, read block after block, counted while they exist: a loader that
     // read ahead without limit, or kept samples past their use, would hold up to all 2,000.
     let census = Arc::new(Census::default());
@@ -524,7 +522,7 @@ fn live_samples_stay_within_the_memory_bound() {
     let plan = BlocksReversed { batch_size: 10 }
         .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
         .unwrap();
-    let bound = loader.memory_bound(&plan).max_samples();
+    let bound = loader.residency(&plan).max_samples();
     assert!(bound < 500, "the bound itself must be tight here: {bound}");
     let mut delivered = Vec::new();
     for batch in loader.epoch(plan.clone()).unwrap() {

@@ -115,12 +115,7 @@ fn a_file_truncated_after_opening_is_named_on_read() {
     let dir = tempfile::tempdir().unwrap();
     let paths = write_dataset(dir.path(), &[30], 10);
     let source = ParquetSource::builder().dir(dir.path()).build().unwrap();
-    let length = std::fs::metadata(&paths[0]).unwrap().len();
-    let file = std::fs::File::options()
-        .write(true)
-        .open(&paths[0])
-        .unwrap();
-    file.set_len(length / 2).unwrap();
+    common::truncate_to_half(&paths[0]);
     let error = source.read_block(2).unwrap_err();
     assert!(matches!(error, Error::FileChanged { .. }), "{error}");
     assert!(error.to_string().contains("part-000.parquet"), "{error}");

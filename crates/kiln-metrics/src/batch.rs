@@ -1,6 +1,6 @@
 //! [`TrajectoryBatch`]: one batch of predictions and ground truth as borrowed host slices.
 
-use crate::validate::{check_finite, check_len};
+use crate::input_checks::{check_finite, check_len};
 use crate::{Error, Result};
 
 /// The dimensions of a batch: `agents` (N), `modes` (K) and `steps` (T).

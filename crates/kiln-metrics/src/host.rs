@@ -4,10 +4,10 @@ use rayon::prelude::*;
 
 use crate::batch::TrajectoryBatch;
 use crate::config::MetricsConfig;
+use crate::input_checks::check_probability_row;
 use crate::mode_errors::{BatchPlan, UnitErrors};
 use crate::selection::{accumulate_unit, rank_modes};
 use crate::sums::MetricSums;
-use crate::validate::check_probability_row;
 use crate::{Error, Result};
 
 /// How the host path spreads a batch over threads.

@@ -22,14 +22,14 @@
 //!
 //! ```
 //! use kiln_core::Metric;
-//! use kiln_metrics::{BatchShape, MetricsConfig, TrajectoryBatch, TrajectoryMetrics};
+//! use kiln_metrics::{BatchShape, MetricsConfig, TrajectoryBatch};
 //!
 //! // Two agents, one mode, two steps: the first forecast is exact, the second ends 3 m off.
 //! let truth = [0.0, 0.0, 1.0, 0.0, /* agent 1 */ 0.0, 0.0, 0.0, 1.0];
 //! let predictions = [0.0, 0.0, 1.0, 0.0, /* agent 1 */ 0.0, 0.0, 0.0, 4.0];
 //! let batch = TrajectoryBatch::new(BatchShape::new(2, 1, 2), &predictions, &truth)?;
 //!
-//! let mut metrics = TrajectoryMetrics::new(MetricsConfig::argoverse2())?;
+//! let mut metrics = MetricsConfig::argoverse2().init()?;
 //! metrics.update(&batch)?;
 //! let report = metrics.compute();
 //! assert_eq!(report.at(6).unwrap().min_fde, Some(1.5));
@@ -43,6 +43,7 @@ mod burn_train;
 mod config;
 mod error;
 mod host;
+mod input_checks;
 mod metric;
 mod mode_errors;
 pub mod per_mode;
@@ -53,7 +54,6 @@ mod report;
 mod selection;
 mod sums;
 mod tensor;
-mod validate;
 
 pub use batch::{BatchShape, TrajectoryBatch};
 #[cfg(feature = "burn-train")]

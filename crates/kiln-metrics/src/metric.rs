@@ -17,7 +17,7 @@ use crate::{Error, Result};
 ///
 /// ```
 /// use kiln_core::Metric;
-/// use kiln_metrics::{BatchShape, MetricsConfig, TrajectoryBatch, TrajectoryMetrics};
+/// use kiln_metrics::{BatchShape, MetricsConfig, TrajectoryBatch};
 ///
 /// // One agent, two modes, three steps; the second mode is exact.
 /// let truth = [0.0, 0.0, 1.0, 0.0, 2.0, 0.0];
@@ -25,7 +25,7 @@ use crate::{Error, Result};
 /// let batch = TrajectoryBatch::new(BatchShape::new(1, 2, 3), &predictions, &truth)?
 ///     .with_probabilities(&[0.75, 0.25])?;
 ///
-/// let mut metrics = TrajectoryMetrics::new(MetricsConfig::argoverse2())?;
+/// let mut metrics = MetricsConfig::argoverse2().init()?;
 /// metrics.update(&batch)?;
 /// let report = metrics.compute();
 /// let at_6 = report.at(6).unwrap();
@@ -44,7 +44,8 @@ pub struct TrajectoryMetrics {
 }
 
 impl TrajectoryMetrics {
-    /// Metrics under `config` (validated here), with [`Parallelism::Auto`] on the host.
+    /// Metrics under `config` (validated here), with [`Parallelism::Auto`] on the host; the
+    /// same as [`MetricsConfig::init`].
     pub fn new(config: MetricsConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self {
@@ -143,5 +144,13 @@ impl<'a> Metric<TrajectoryBatch<'a>> for TrajectoryMetrics {
 
     fn reset(&mut self) {
         TrajectoryMetrics::reset(self);
+    }
+}
+
+impl MetricsConfig {
+    /// Streaming metrics under this configuration (validated here), with
+    /// [`Parallelism::Auto`] on the host.
+    pub fn init(self) -> Result<TrajectoryMetrics> {
+        TrajectoryMetrics::new(self)
     }
 }

@@ -4,7 +4,7 @@
 //! They return one value per mode and leave selection and aggregation to the caller; the
 //! streaming metrics in [`TrajectoryMetrics`](crate::TrajectoryMetrics) do not use them.
 
-use crate::validate::{check_finite, check_len};
+use crate::input_checks::{check_finite, check_len};
 use crate::{Error, Result};
 
 /// The displacement errors of one hypothesis, in meters.

@@ -9,6 +9,9 @@
 //! - [`InOrderSampler`]: a [`Sampler`](kiln_core::Sampler) that follows the layout order and
 //!   shards by kiln's rule;
 //! - [`MeanMetric`]: a sum/count [`Metric`](kiln_core::Metric);
+//! - `Mlp`, `MlpConfig`, `RegressionBatch` and `teacher_batches` (feature `train`): a small
+//!   Burn regression model with seeded weights and data, and its `TrainStep`, shared by the
+//!   trainer's tests and benches;
 //! - `wgpu_device()` (feature `wgpu`): the Vulkan device of the GPU-style test tier, a skip
 //!   or (with `KILN_REQUIRE_GPU=1`) a failure when there is none.
 //!
@@ -26,6 +29,8 @@ mod in_order_sampler;
 mod mean_metric;
 mod memory_source;
 mod recording_observer;
+#[cfg(feature = "train")]
+mod regression;
 #[cfg(feature = "wgpu")]
 mod wgpu_device;
 
@@ -33,5 +38,9 @@ pub use in_order_sampler::InOrderSampler;
 pub use mean_metric::MeanMetric;
 pub use memory_source::{MemorySource, MemorySourceError};
 pub use recording_observer::RecordingObserver;
+#[cfg(feature = "train")]
+pub use regression::{
+    Mlp, MlpConfig, RegressionBatch, TEACHER_INPUTS, teacher_batches, teacher_rows,
+};
 #[cfg(feature = "wgpu")]
 pub use wgpu_device::{REQUIRE_GPU, vulkan_adapter, wgpu_device};

@@ -26,6 +26,10 @@ type Bytes = NamedMpkBytesRecorder<FullPrecisionSettings>;
 #[serde(deny_unknown_fields)]
 struct TrainerState {
     kiln_train_version: String,
+    /// The epoch being trained; absent in files from before it was saved (then the
+    /// position's epoch).
+    #[serde(default)]
+    epoch: Option<u64>,
     position: Position,
     counters: Counters,
     loss_scaler: Option<LossScalerState>,
@@ -59,6 +63,7 @@ where
         }
         let state = TrainerState {
             kiln_train_version: env!("CARGO_PKG_VERSION").to_owned(),
+            epoch: Some(self.epoch),
             position: self.position,
             counters: self.counters,
             loss_scaler: self.scaler.as_ref().map(|scaler| scaler.state()),
@@ -176,6 +181,7 @@ where
         }
         self.host_rng = rng_from_state(&state.host_rng);
         self.counters = state.counters;
+        self.epoch = state.epoch.unwrap_or(state.position.epoch);
         self.position = state.position;
         self.last_loss = state.last_loss.map(LastLoss::Read);
         self.window = Default::default();

@@ -13,7 +13,7 @@ use burn::tensor::{FloatDType, Tensor};
 use crate::{Error, Result};
 
 /// PyTorch's `eps` in `clip_grad_norm_`: `coef = max_norm / (total_norm + 1e-6)`.
-pub const CLIP_NORM_EPS: f64 = 1e-6;
+pub(crate) const CLIP_NORM_EPS: f64 = 1e-6;
 
 /// How gradients are clipped, after unscaling and before the optimizer step.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -53,13 +53,13 @@ impl GradientClipping {
 }
 
 /// The factor PyTorch's `clip_grad_norm_` multiplies every gradient by.
-pub fn clip_coefficient(global_norm: f64, max_norm: f64) -> f64 {
+pub(crate) fn clip_coefficient(global_norm: f64, max_norm: f64) -> f64 {
     (max_norm / (global_norm + CLIP_NORM_EPS)).min(1.0)
 }
 
 /// The sum of squares of every gradient of `module`'s float parameters, computed in f32 on the
 /// device, as a one-element tensor; `None` when no parameter has a gradient. No host sync.
-pub fn squared_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn squared_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
 ) -> Option<Tensor<B::InnerBackend, 1>> {
@@ -69,7 +69,7 @@ pub fn squared_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
 }
 
 /// Multiplies every gradient by `factor`, then clamps it to `[-max_abs, max_abs]` when given.
-pub fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &mut GradientsParams,
     factor: f64,

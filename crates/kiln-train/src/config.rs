@@ -156,11 +156,6 @@ pub struct TrainerConfig {
     /// Synchronize the device at every phase boundary even when no observer asks for accurate
     /// timing. Default false.
     pub sync_phase_timing: bool,
-    /// Ranks of data-parallel training that each run a trainer on their own shard. The data
-    /// [`Position`](kiln_core::Position) counts samples of the epoch's *global* order, so each
-    /// rank's consumed samples are multiplied by this to save a position every rank (and a
-    /// different world size) can resume from. Default 1.
-    pub data_world_size: u32,
 }
 
 impl Default for TrainerConfig {
@@ -186,7 +181,6 @@ impl Default for TrainerConfig {
             checkpoint: None,
             skip_warning: SkipWarningConfig::default(),
             sync_phase_timing: false,
-            data_world_size: 1,
         }
     }
 }
@@ -248,8 +242,6 @@ setters! {
     with_skip_warning: skip_warning: SkipWarningConfig;
     /// Sets [`sync_phase_timing`](Self::sync_phase_timing).
     with_sync_phase_timing: sync_phase_timing: bool;
-    /// Sets [`data_world_size`](Self::data_world_size).
-    with_data_world_size: data_world_size: u32;
 }
 
 impl TrainerConfig {
@@ -267,9 +259,6 @@ impl TrainerConfig {
                 reason: reason.to_owned(),
             })
         };
-        if self.data_world_size == 0 {
-            return bad("data_world_size", "0".to_owned(), "must be >= 1");
-        }
         if self.accumulation_steps == 0 {
             return bad(
                 "accumulation_steps",

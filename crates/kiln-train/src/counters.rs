@@ -11,12 +11,16 @@ pub struct Counters {
     pub skipped_steps: u64,
     /// Micro-batches trained on.
     pub micro_batches: u64,
-    /// Samples trained on.
+    /// Samples trained on by this rank, as the data reported them (through `fit` or
+    /// [`Trainer::record_position`](crate::Trainer::record_position)).
     pub samples: u64,
     /// Optimizer steps attempted in the current epoch.
     pub epoch_steps: u64,
     /// Micro-batches trained on in the current epoch.
     pub epoch_batches: u64,
+    /// Samples trained on in the current epoch (counted like [`samples`](Self::samples)).
+    #[serde(default)]
+    pub epoch_samples: u64,
     /// Device-to-host readbacks the trainer made (each one stalls the host until the device has
     /// caught up): one per f16 optimizer step, none per f32 or bf16 step with the default
     /// settings. Phase-timing syncs and checkpoints (which read the whole model) are not

@@ -120,7 +120,18 @@ pub enum Error {
         /// The backend's message.
         message: String,
     },
-    /// The batch iterator reported an error.
+    /// The data opened for a position reported another one: the epoch's batches were not
+    /// positioned where the trainer stands (resuming from a checkpoint, say).
+    #[error(
+        "the data opened at {requested} reports position {reported}: open the epoch's batches at the position `fit` passes (a loader's `resume_epoch`, or `PlainBatches::new`)"
+    )]
+    DataPosition {
+        /// Where the trainer asked the data to start.
+        requested: kiln_core::Position,
+        /// Where the opened batches said they stand.
+        reported: kiln_core::Position,
+    },
+    /// The data failed to open an epoch or to deliver a batch.
     #[error("data error in epoch {epoch} at batch {batch}: {source}")]
     Data {
         /// The epoch (from 0).

@@ -1,13 +1,12 @@
 //! `fit`: the whole loop over epochs, with data waits timed, checkpoints and limits.
 
-use std::convert::Infallible;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_core::{Event, Phase, Position};
+use kiln_core::{Event, Phase, Position, PositionedBatches};
 
 use crate::{Error, FitSummary, Result, TrainStep, Trainer};
 
@@ -22,103 +21,57 @@ where
     /// [`num_epochs`](crate::TrainerConfig::num_epochs).
     ///
     /// `data` is called once per epoch with the position to start from (the start of the epoch,
-    /// or the middle after [`load_checkpoint`](Self::load_checkpoint)) and returns that epoch's
-    /// remaining batches: a kiln sampler's `resume`, or any iterator the caller positions.
-    pub fn fit<D, I>(&mut self, mut data: D) -> Result<FitSummary>
+    /// or the middle after [`load_checkpoint`](Self::load_checkpoint)) and opens that epoch's
+    /// remaining batches as a [`PositionedBatches`]: a kiln-data loader's `resume_epoch`, or
+    /// any iterator wrapped in [`PlainBatches`](kiln_core::PlainBatches), which skips to the
+    /// position itself. The trainer saves the position the batches report, so resume is exact
+    /// in either case. An error opening an epoch or reading a batch stops training with
+    /// [`Error::Data`] naming the epoch and batch.
+    pub fn fit<D, I, E>(&mut self, data: D) -> Result<FitSummary>
     where
-        D: FnMut(Position) -> I,
-        I: IntoIterator<Item = M::Input>,
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
+        E: std::error::Error + Send + Sync + 'static,
     {
-        self.try_fit_with(
-            |position| data(position).into_iter().map(Ok::<_, Infallible>),
-            |_, _| Ok(()),
-        )
+        self.fit_with(data, |_, _| Ok(()))
     }
 
     /// [`fit`](Self::fit) with a callback after every epoch (validation, logging, early
-    /// stopping by returning an error), given the trainer and the finished epoch.
-    pub fn fit_with<D, I, F>(&mut self, mut data: D, on_epoch_end: F) -> Result<FitSummary>
+    /// stopping by returning an error), given the trainer and what the epoch did.
+    pub fn fit_with<D, I, E, F>(&mut self, mut data: D, mut on_epoch_end: F) -> Result<FitSummary>
     where
-        D: FnMut(Position) -> I,
-        I: IntoIterator<Item = M::Input>,
-        F: FnMut(&mut Self, u64) -> Result<()>,
-    {
-        self.try_fit_with(
-            |position| data(position).into_iter().map(Ok::<_, Infallible>),
-            on_epoch_end,
-        )
-    }
-
-    /// [`fit_with`](Self::fit_with) over batches that may fail to load: an `Err` stops
-    /// training with [`Error::Data`] naming the epoch and batch.
-    pub fn try_fit_with<D, I, E, F>(
-        &mut self,
-        mut data: D,
-        mut on_epoch_end: F,
-    ) -> Result<FitSummary>
-    where
-        D: FnMut(Position) -> I,
-        I: IntoIterator<Item = std::result::Result<M::Input, E>>,
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
         E: std::error::Error + Send + Sync + 'static,
-        F: FnMut(&mut Self, u64) -> Result<()>,
+        F: FnMut(&mut Self, &EpochSummary) -> Result<()>,
     {
         let mut reached_max_steps = false;
-        while self.position.epoch < self.config.num_epochs {
-            let epoch = self.position.epoch;
+        while self.epoch < self.config.num_epochs {
+            let epoch = self.epoch;
             if self.max_steps_reached() {
                 reached_max_steps = true;
                 break;
             }
             self.start_epoch();
-            // Overfitting replays the first batches of epoch 0 every epoch.
-            let (request, skip) = match self.config.overfit_batches {
-                Some(_) => (Position::start_of(0), self.counters.epoch_batches),
-                None => (self.position, 0),
+            let mut summary = EpochSummary {
+                epoch,
+                ..EpochSummary::default()
             };
-            let limit = self
-                .config
-                .overfit_batches
-                .or(self.config.max_batches_per_epoch);
-            let mut batches = data(request).into_iter().skip(skip as usize);
-            loop {
-                if limit.is_some_and(|limit| self.counters.epoch_batches >= limit) {
-                    break;
-                }
-                if self.window.is_empty() && self.max_steps_reached() {
-                    reached_max_steps = true;
-                    break;
-                }
-                let step = self.counters.optimizer_steps + 1;
-                let started = self.observers.start(Phase::DataWait, step);
-                let waited_from = Instant::now();
-                let next = batches.next();
-                let wait = waited_from.elapsed();
-                self.observers.end::<B>(started, &self.device)?;
-                let Some(next) = next else { break };
-                let batch = next.map_err(|error| Error::Data {
-                    epoch,
-                    batch: self.counters.epoch_batches,
-                    source: Box::new(error),
-                })?;
-                if !self.observers.is_empty() {
-                    self.observers.emit(&Event::BatchReady {
-                        epoch,
-                        batch: self.counters.epoch_batches,
-                        samples: self.model().batch_samples(&batch),
-                        wait,
-                    });
-                }
-                let outcome = self.train_batch(batch)?;
-                if outcome.step.is_some() {
-                    self.checkpoint_if_due(false)?;
-                }
+            let started = Instant::now();
+            let steps_before = self.counters.optimizer_steps;
+            // A checkpoint taken after the epoch's last batch already points at the next
+            // epoch: only the end of this one is left to run.
+            if self.position.epoch == epoch {
+                reached_max_steps = self.train_epoch(&mut data, &mut summary)?;
             }
             if reached_max_steps {
                 break;
             }
             self.end_epoch()?;
+            summary.steps = self.counters.optimizer_steps - steps_before;
+            summary.elapsed = started.elapsed();
             // After the callback, so what it draws from the host RNG is in the checkpoint.
-            on_epoch_end(self, epoch)?;
+            on_epoch_end(self, &summary)?;
             self.checkpoint_if_due(true)?;
         }
         // The one readback `fit` adds: the summary's loss, once per call.
@@ -129,6 +82,81 @@ where
             last_loss,
             reached_max_steps,
         })
+    }
+
+    /// Trains on the current epoch's remaining batches; returns whether `max_steps` stopped it.
+    fn train_epoch<D, I, E>(&mut self, data: &mut D, summary: &mut EpochSummary) -> Result<bool>
+    where
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let epoch = self.epoch;
+        let data_error = |batch: u64, error: E| Error::Data {
+            epoch,
+            batch,
+            source: Box::new(error),
+        };
+        // Overfitting replays the first batches of epoch 0 every epoch, counted in batches.
+        let overfit = self.config.overfit_batches.is_some();
+        let (request, skip) = if overfit {
+            (Position::start_of(0), self.counters.epoch_batches)
+        } else {
+            (self.position, 0)
+        };
+        let limit = self
+            .config
+            .overfit_batches
+            .or(self.config.max_batches_per_epoch);
+        let mut batches =
+            data(request).map_err(|error| data_error(self.counters.epoch_batches, error))?;
+        let opened = batches.position();
+        if !overfit && opened != request && opened != Position::start_of(epoch + 1) {
+            return Err(Error::DataPosition {
+                requested: request,
+                reported: opened,
+            });
+        }
+        for _ in 0..skip {
+            batches.next();
+        }
+        loop {
+            if limit.is_some_and(|limit| self.counters.epoch_batches >= limit) {
+                return Ok(false);
+            }
+            if self.window.is_empty() && self.max_steps_reached() {
+                return Ok(true);
+            }
+            let step = self.counters.optimizer_steps + 1;
+            let started = self.observers.start(Phase::DataWait, step);
+            let waited_from = Instant::now();
+            let next = batches.next();
+            let wait = waited_from.elapsed();
+            self.observers.end::<B>(started, &self.device)?;
+            summary.data_wait += wait;
+            let Some(next) = next else { return Ok(false) };
+            let batch = next.map_err(|error| data_error(self.counters.epoch_batches, error))?;
+            let samples = batches.last_batch_samples();
+            summary.samples += samples;
+            if !self.observers.is_empty() {
+                self.observers.emit(&Event::BatchReady {
+                    epoch,
+                    batch: self.counters.epoch_batches,
+                    samples,
+                    wait,
+                });
+            }
+            let outcome = self.train_batch(batch)?;
+            if overfit {
+                self.counters.samples += samples;
+                self.counters.epoch_samples += samples;
+            } else {
+                self.record_position(&batches);
+            }
+            if outcome.step.is_some() {
+                self.checkpoint_if_due(false)?;
+            }
+        }
     }
 
     fn max_steps_reached(&self) -> bool {
@@ -161,5 +189,43 @@ where
         ));
         self.save_checkpoint(&path)?;
         crate::checkpoint_file::prune(&directory, keep)
+    }
+}
+
+/// What one epoch of [`Trainer::fit_with`] did, for its end-of-epoch callback. Counts cover
+/// this call only: a run resumed mid-epoch counts from where it resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EpochSummary {
+    /// The epoch, counted from zero.
+    pub epoch: u64,
+    /// Optimizer steps run in the epoch (the flushed last window included).
+    pub steps: u64,
+    /// Samples this rank trained on, as the data reported them.
+    pub samples: u64,
+    /// Wall time from opening the epoch's data to its end (before the callback).
+    pub elapsed: Duration,
+    /// Of that, the time spent waiting for the next batch.
+    pub data_wait: Duration,
+}
+
+impl EpochSummary {
+    /// Samples per second over the epoch's wall time; 0 for an empty epoch.
+    pub fn samples_per_second(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            self.samples as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The share of the wall time spent waiting for data, in [0, 1].
+    pub fn data_wait_fraction(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            (self.data_wait.as_secs_f64() / seconds).min(1.0)
+        } else {
+            0.0
+        }
     }
 }

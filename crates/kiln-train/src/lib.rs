@@ -2,7 +2,9 @@
 //! global-norm clipping, observers and checkpoints that resume mid-epoch, bit for bit.
 //!
 //! [`Trainer`] works with any Burn `AutodiffBackend`, `AutodiffModule`, `Optimizer` and
-//! `LrScheduler`, and any iterator of batches. The model implements [`TrainStep`] (forward and
+//! `LrScheduler`, and any iterator of batches: [`fit`](Trainer::fit) saves the
+//! [`Position`](kiln_core::Position) the data reports ([`PositionedBatches`](kiln_core::PositionedBatches)),
+//! so resume is exact. The model implements [`TrainStep`] (forward and
 //! loss; the trainer owns backward) and, for validation, its inner module implements
 //! [`InferenceStep`]; both have the shape of Burn's traits of the same names.
 //!
@@ -36,7 +38,8 @@
 //! use burn::nn::{Linear, LinearConfig, loss::{MseLoss, Reduction}};
 //! use burn::optim::SgdConfig;
 //! use burn::tensor::{Int, Tensor, backend::{AutodiffBackend, Backend}};
-//! use kiln_train::{Autocast, StepOutput, TrainStep, Trainer, TrainerConfig};
+//! use kiln_core::PlainBatches;
+//! use kiln_train::{Autocast, StepOutput, TrainStep, TrainerConfig};
 //!
 //! #[derive(Module, Debug)]
 //! struct Regressor<B: Backend> {
@@ -49,15 +52,18 @@
 //!     targets: Tensor<B, 2>,
 //! }
 //!
+//! impl<B: Backend> Batch<B> {
+//!     fn len(&self) -> usize {
+//!         self.inputs.dims()[0]
+//!     }
+//! }
+//!
 //! impl<B: AutodiffBackend> TrainStep<B> for Regressor<B> {
 //!     type Input = Batch<B>;
 //!     type Output = ();
 //!     fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
 //!         let predictions = autocast.full(self.linear.forward(autocast.input(batch.inputs)));
 //!         StepOutput::new(MseLoss::new().forward(predictions, batch.targets, Reduction::Mean), ())
-//!     }
-//!     fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-//!         batch.inputs.dims()[0] as u64
 //!     }
 //! }
 //!
@@ -74,8 +80,9 @@
 //!
 //! let model = Regressor { linear: LinearConfig::new(1, 1).init(&device) };
 //! let config = TrainerConfig::new().with_num_epochs(20).with_accumulation_steps(2);
-//! let mut trainer = Trainer::new(model, SgdConfig::new().init(), 0.5, config, device)?;
-//! let summary = trainer.fit(|_position| batches.clone())?;
+//! let mut trainer = config.init(model, SgdConfig::new().init(), 0.5, device)?;
+//! // Any iterator of batches, positioned by kiln: four samples per batch.
+//! let summary = trainer.fit(|position| PlainBatches::new(batches.clone(), position, |b| b.len()))?;
 //! assert_eq!(summary.counters.optimizer_steps, 40); // 2 steps per epoch
 //! assert!(summary.last_loss.unwrap() < 1e-2);
 //! # Ok::<(), kiln_train::Error>(())
@@ -89,8 +96,10 @@ mod counters;
 mod error;
 mod fit;
 mod loss_scaler;
-mod module_cast;
+mod materialize;
+mod model_step;
 mod observers;
+mod optimizer_step;
 mod param_shapes;
 mod precision;
 mod precision_policy;
@@ -98,28 +107,24 @@ mod preset;
 mod progress;
 mod rng;
 mod skip_monitor;
-mod step;
-mod train_step;
+mod train_batch;
 mod trainer;
-mod validate;
+mod validation;
 mod window;
 
 pub use checkpoint_file::{latest_checkpoint, list_checkpoints};
-pub use clipping::{
-    CLIP_NORM_EPS, GradientClipping, clip_coefficient, clip_grad_norm, global_grad_norm,
-    scale_grads, squared_grad_norm,
-};
+pub use clipping::{GradientClipping, clip_grad_norm, global_grad_norm};
 pub use config::{CheckpointConfig, LossNormalization, TrainerConfig};
 pub use counters::{BatchOutcome, Counters, FitSummary};
 pub use error::{Error, Result};
+pub use fit::EpochSummary;
 pub use loss_scaler::{DynamicLossScaler, LossScalerConfig, LossScalerState};
-pub use module_cast::{cast_module, materialize};
+pub use materialize::materialize;
+pub use model_step::{InferenceStep, StepOutput, TrainStep};
 pub use precision::{Autocast, Precision};
 pub use precision_policy::{NORM_LAYERS, PrecisionPolicy};
 pub use preset::Preset;
 pub use progress::ProgressObserver;
-pub use rng::{RngState, step_seed};
-pub use skip_monitor::{SkipMonitor, SkipWarning, SkipWarningConfig};
-pub use step::{InferenceStep, StepOutput, TrainStep};
+pub use skip_monitor::SkipWarningConfig;
 pub use trainer::Trainer;
-pub use validate::{ValidInput, ValidOutput};
+pub use validation::{ValidInput, ValidOutput};

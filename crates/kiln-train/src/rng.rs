@@ -5,7 +5,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// A host RNG's exact position, as saved in checkpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RngState {
+pub(crate) struct RngState {
     /// The 32-byte ChaCha key.
     pub seed: [u8; 32],
     /// The ChaCha stream.
@@ -42,7 +42,7 @@ pub(crate) fn rng_from_state(state: &RngState) -> ChaCha8Rng {
 
 /// The backend seed for optimizer step `step` of a run seeded with `seed` (SplitMix64 of the
 /// pair, so neighbouring steps get unrelated seeds).
-pub fn step_seed(seed: u64, step: u64) -> u64 {
+pub(crate) fn step_seed(seed: u64, step: u64) -> u64 {
     let mut z = seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -27,7 +27,7 @@ impl Default for SkipWarningConfig {
 
 /// Why the monitor warned.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SkipWarning {
+pub(crate) enum SkipWarning {
     /// Too many of the recent steps were skipped.
     HighSkipRate {
         /// Skipped steps in the window.
@@ -59,7 +59,7 @@ impl std::fmt::Display for SkipWarning {
 
 /// Counts skipped steps over a sliding window; reports each unhealthy episode once.
 #[derive(Debug, Clone)]
-pub struct SkipMonitor {
+pub(crate) struct SkipMonitor {
     config: SkipWarningConfig,
     recent: VecDeque<bool>,
     steps: u64,

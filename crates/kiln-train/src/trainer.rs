@@ -10,18 +10,19 @@ use rand_chacha::ChaCha8Rng;
 use crate::clipping::read_scalar;
 use crate::observers::Observers;
 use crate::precision_policy::CastPlan;
+use crate::skip_monitor::SkipMonitor;
 use crate::window::Window;
 use crate::{
-    Autocast, Counters, DynamicLossScaler, Result, SkipMonitor, TrainStep, TrainerConfig,
-    materialize, rng,
+    Autocast, Counters, DynamicLossScaler, Result, TrainStep, TrainerConfig, materialize, rng,
 };
 
 /// A training loop for any Burn model, optimizer and LR scheduler, with mixed precision,
 /// gradient accumulation, global-norm clipping, observers and exact mid-epoch resume.
 ///
-/// Drive it one micro-batch at a time from your own loop with
-/// [`train_batch`](Self::train_batch) (and [`end_epoch`](Self::end_epoch) at each epoch's end),
-/// or hand it the data with [`fit`](Self::fit). See the [crate docs](crate) for an example.
+/// Hand it the data with [`fit`](Self::fit), or drive it one micro-batch at a time from your
+/// own loop with [`train_batch`](Self::train_batch) (then
+/// [`record_position`](Self::record_position) after each batch, and
+/// [`end_epoch`](Self::end_epoch) at each epoch's end). See the [crate docs](crate) for an example.
 ///
 /// The master model and the optimizer state stay in f32. An f32 or bf16 optimizer step reads
 /// nothing back to the host by default, so the host queues the next step while the device
@@ -42,6 +43,10 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) monitor: SkipMonitor,
     pub(crate) window: Window<B>,
     pub(crate) counters: Counters,
+    /// The epoch being trained.
+    pub(crate) epoch: u64,
+    /// Where the data stands, as the data reported it: within `epoch`, or the start of the
+    /// next epoch once its data ran out (before [`end_epoch`](Self::end_epoch)).
     pub(crate) position: Position,
     pub(crate) epoch_started: bool,
     pub(crate) last_loss: Option<LastLoss<B>>,
@@ -60,7 +65,8 @@ where
     O: Optimizer<M, B>,
     S: LrScheduler,
 {
-    /// A trainer at the start of epoch 0.
+    /// A trainer at the start of epoch 0; the same as
+    /// [`TrainerConfig::init`](crate::TrainerConfig::init), argument for argument.
     ///
     /// Validates `config`, checks that the device supports the precision, seeds the backend
     /// with `config.seed`, and materializes the model's lazily initialized parameters (so the
@@ -101,6 +107,7 @@ where
             monitor: SkipMonitor::new(config.skip_warning),
             window: Window::default(),
             counters: Counters::default(),
+            epoch: 0,
             position: Position::start_of(0),
             epoch_started: false,
             last_loss: None,
@@ -167,9 +174,15 @@ where
         self.counters
     }
 
-    /// Where the data stands: pass it to the sampler or loader to continue exactly here.
+    /// Where the data stands, as the data last reported it: pass it to the sampler or loader
+    /// to continue exactly here.
     pub fn position(&self) -> Position {
         self.position
+    }
+
+    /// The epoch being trained, counted from zero.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The f16 loss scaler, when [`Precision::F16Mixed`](crate::Precision::F16Mixed) is on.
@@ -201,6 +214,26 @@ where
     /// data augmentation so a resumed run draws the same numbers.
     pub fn rng(&mut self) -> &mut ChaCha8Rng {
         &mut self.host_rng
+    }
+}
+
+impl TrainerConfig {
+    /// A trainer with these settings, at the start of epoch 0, for `model` trained with
+    /// `optim` and `scheduler` on `device` (see [`Trainer::new`] for what it checks).
+    pub fn init<B, M, O, S>(
+        self,
+        model: M,
+        optim: O,
+        scheduler: S,
+        device: B::Device,
+    ) -> Result<Trainer<B, M, O, S>>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B> + TrainStep<B>,
+        O: Optimizer<M, B>,
+        S: LrScheduler,
+    {
+        Trainer::new(model, optim, scheduler, self, device)
     }
 }
 

@@ -7,15 +7,11 @@
 
 use burn::backend::{Autodiff, Flex};
 use burn::lr_scheduler::constant::ConstantLr;
-use burn::module::{Module, Param};
-use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig, Relu};
 use burn::optim::AdamConfig;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
-use kiln_core::{Event, Position};
-use kiln_testkit::RecordingObserver;
-use kiln_train::{Autocast, Preset, StepOutput, TrainStep, Trainer, TrainerConfig};
+use burn::tensor::Tensor;
+use kiln_core::{Event, PlainBatches, Position, PositionedBatches};
+use kiln_testkit::{Mlp, MlpConfig, RecordingObserver, RegressionBatch as Batch};
+use kiln_train::{Preset, Trainer, TrainerConfig};
 use std::sync::Arc;
 
 type B = Autodiff<Flex>;
@@ -25,37 +21,12 @@ const HIDDEN: usize = 32;
 const ROWS: usize = 8;
 const BATCHES: usize = 5;
 
-/// Two linear layers with ReLU and dropout between them.
-#[derive(Module, Debug)]
-struct DropoutMlp<B: Backend> {
-    hidden: Linear<B>,
-    dropout: Dropout,
-    output: Linear<B>,
-    activation: Relu,
-}
-
-#[derive(Clone, Debug)]
-struct Batch<B: Backend> {
-    inputs: Tensor<B, 2>,
-    targets: Tensor<B, 2>,
-}
-
-impl<B: AutodiffBackend> TrainStep<B> for DropoutMlp<B> {
-    type Input = Batch<B>;
-    type Output = ();
-
-    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
-        let hidden = self
-            .dropout
-            .forward(self.activation.forward(self.hidden.forward(batch.inputs)));
-        let predictions = autocast.full(self.output.forward(hidden));
-        let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
-        StepOutput::new(loss, ())
-    }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
-    }
+/// kiln-testkit's MLP with dropout after its hidden layer.
+fn model() -> Mlp<B> {
+    MlpConfig::new(INPUTS, &[HIDDEN], 1)
+        .with_dropout(0.5)
+        .with_seed(3)
+        .init(&Default::default())
 }
 
 /// Deterministic values in [-1, 1) without any RNG.
@@ -65,53 +36,22 @@ fn values(count: usize, salt: usize) -> Vec<f32> {
         .collect()
 }
 
-/// The same weights for every call (set by hand, not from the backend's RNG).
-fn model() -> DropoutMlp<B> {
-    let device = &Default::default();
-    let linear = |inputs: usize, outputs: usize, salt: usize| {
-        let mut layer = LinearConfig::new(inputs, outputs).init::<B>(device);
-        let scale = 1.0 / (inputs as f32).sqrt();
-        let weights = values(inputs * outputs, salt)
-            .iter()
-            .map(|v| v * scale)
-            .collect();
-        layer.weight = Param::from_tensor(Tensor::from_data(
-            TensorData::new(weights, [inputs, outputs]),
-            device,
-        ));
-        layer.bias = Some(Param::from_tensor(Tensor::from_data(
-            TensorData::new(vec![0.0f32; outputs], [outputs]),
-            device,
-        )));
-        layer
-    };
-    DropoutMlp {
-        hidden: linear(INPUTS, HIDDEN, 1),
-        dropout: DropoutConfig::new(0.5).init(),
-        output: linear(HIDDEN, 1, 2),
-        activation: Relu::new(),
-    }
-}
-
 fn batches() -> Vec<Batch<B>> {
     let device = &Default::default();
     (0..BATCHES)
-        .map(|index| Batch {
-            inputs: Tensor::from_data(
-                TensorData::new(values(ROWS * INPUTS, 10 + index), [ROWS, INPUTS]),
+        .map(|index| {
+            Batch::from_rows(
+                &values(ROWS * INPUTS, 10 + index),
+                &values(ROWS, 20 + index),
                 device,
-            ),
-            targets: Tensor::from_data(
-                TensorData::new(values(ROWS, 20 + index), [ROWS, 1]),
-                device,
-            ),
+            )
         })
         .collect()
 }
 
 fn trainer(
     config: TrainerConfig,
-) -> Trainer<B, DropoutMlp<B>, impl burn::optim::Optimizer<DropoutMlp<B>, B>, ConstantLr> {
+) -> Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, ConstantLr> {
     Trainer::new(
         model(),
         AdamConfig::new().init(),
@@ -122,9 +62,12 @@ fn trainer(
     .unwrap()
 }
 
-/// The epoch's batches from `position` on (the same order every epoch).
-fn epoch_data(batches: &[Batch<B>], position: Position) -> Vec<Batch<B>> {
-    batches[(position.consumed / ROWS as u64) as usize..].to_vec()
+/// The epoch's batches (the same order every epoch), opened at `position`.
+fn epoch_data(
+    batches: &[Batch<B>],
+    position: Position,
+) -> kiln_core::Result<impl PositionedBatches<Item = kiln_core::Result<Batch<B>>>> {
+    PlainBatches::new(batches.to_vec(), position, Batch::len)
 }
 
 fn config(seed: u64) -> TrainerConfig {
@@ -137,12 +80,7 @@ fn config(seed: u64) -> TrainerConfig {
 
 /// The step losses of a run, as bits.
 fn step_losses(
-    trainer: &mut Trainer<
-        B,
-        DropoutMlp<B>,
-        impl burn::optim::Optimizer<DropoutMlp<B>, B>,
-        ConstantLr,
-    >,
+    trainer: &mut Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, ConstantLr>,
     position_data: &[Batch<B>],
 ) -> Vec<u64> {
     let recorder = Arc::new(RecordingObserver::new());
@@ -158,19 +96,8 @@ fn step_losses(
         .collect()
 }
 
-fn params(model: &DropoutMlp<B>) -> Vec<u32> {
-    [&model.hidden, &model.output]
-        .iter()
-        .flat_map(|linear| {
-            linear
-                .weight
-                .val()
-                .into_data()
-                .iter::<f32>()
-                .collect::<Vec<_>>()
-        })
-        .map(f32::to_bits)
-        .collect()
+fn params(model: &Mlp<B>) -> Vec<u32> {
+    model.params().into_iter().map(f32::to_bits).collect()
 }
 
 #[test]

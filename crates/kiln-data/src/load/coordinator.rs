@@ -9,13 +9,10 @@ use crossbeam_channel::{Receiver, Sender, select, unbounded};
 use kiln_core::{Block, BlockFinder, BlockIndex, BlockLayout, BlockSource, Plan};
 
 use super::collate::Collate;
-use super::launch::Start;
+use super::parts::{Delivery, Start};
 use super::pool::Jobs;
 use super::schedule::EpochSchedule;
 use crate::{BoxError, Error, Result};
-
-/// A batch (by index within the epoch) or the error that ends the epoch at that batch.
-pub(crate) type Delivery<O> = (u64, Result<O>);
 
 /// A block's samples as the coordinator stores them (taken out one by one), or why it failed,
 /// tagged with its entry in the schedule's `uses`.

@@ -8,10 +8,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use kiln_core::{Event, Observer, Plan, Position};
+use kiln_core::{Event, Observer, Plan, Position, PositionedBatches};
 
-use super::coordinator::Delivery;
-use super::launch::{Launch, Start};
+use super::parts::{Delivery, EpochParts, Launch, Start};
 use super::schedule::EpochSchedule;
 use crate::{Error, Result};
 
@@ -26,6 +25,7 @@ pub struct Epoch<'loader, O> {
     plan: Arc<Plan>,
     schedule: EpochSchedule,
     delivered_batches: u64,
+    last_batch_samples: u64,
     finished: bool,
     pending: BTreeMap<u64, Result<O>>,
     output: Receiver<Delivery<O>>,
@@ -50,22 +50,6 @@ enum Next<'loader, O> {
     Failed(Error),
 }
 
-/// The channels and thread an [`Epoch`] consumes from.
-pub(crate) struct EpochParts<O> {
-    pub(crate) plan: Arc<Plan>,
-    pub(crate) schedule: EpochSchedule,
-    pub(crate) output: Receiver<Delivery<O>>,
-    pub(crate) credits: Sender<u64>,
-    /// How many batches the consumer takes between credit messages (at most the prefetch
-    /// depth, so the coordinator never waits for a credit it needs).
-    pub(crate) credit_every: u64,
-    pub(crate) cancel: Arc<AtomicBool>,
-    pub(crate) coordinator: Option<JoinHandle<()>>,
-    pub(crate) observers: Arc<Vec<Arc<dyn Observer>>>,
-    pub(crate) reads_dispatched: Arc<AtomicBool>,
-    pub(crate) launcher: Arc<dyn Launch<O>>,
-}
-
 impl<'loader, O> Epoch<'loader, O> {
     pub(crate) fn new(parts: EpochParts<O>) -> Self {
         Self {
@@ -73,6 +57,7 @@ impl<'loader, O> Epoch<'loader, O> {
             plan: parts.plan,
             schedule: parts.schedule,
             delivered_batches: 0,
+            last_batch_samples: 0,
             pending: BTreeMap::new(),
             output: parts.output,
             credits: Some(parts.credits),
@@ -213,6 +198,7 @@ impl<O> Iterator for Epoch<'_, O> {
         };
         let range = self.schedule.batch_range(self.delivered_batches);
         let samples = range.end - range.start;
+        self.last_batch_samples = samples;
         let event = Event::BatchReady {
             epoch: self.plan.epoch(),
             batch: self.schedule.first_batch + self.delivered_batches,
@@ -236,6 +222,17 @@ impl<O> Iterator for Epoch<'_, O> {
     fn size_hint(&self) -> (usize, Option<usize>) {
         let left = (self.schedule.batches - self.delivered_batches) as usize;
         (0, Some(left))
+    }
+}
+
+/// What `fit` checkpoints: the position after the batches delivered so far.
+impl<O> PositionedBatches for Epoch<'_, O> {
+    fn position(&self) -> Position {
+        Epoch::position(self)
+    }
+
+    fn last_batch_samples(&self) -> u64 {
+        self.last_batch_samples
     }
 }
 

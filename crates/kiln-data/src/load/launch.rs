@@ -9,7 +9,7 @@ use kiln_core::{BlockLayout, BlockSource, Observer, Plan};
 use super::collate::Collate;
 use super::config::LoaderConfig;
 use super::coordinator::Coordinator;
-use super::epoch::EpochParts;
+use super::parts::{EpochParts, Launch, Start};
 use super::pool::Jobs;
 use super::schedule::{EpochSchedule, last_occurrences};
 use crate::{Error, Result};
@@ -34,22 +34,6 @@ impl<S, C> Clone for Launcher<S, C> {
             observers: Arc::clone(&self.observers),
         }
     }
-}
-
-/// Whether the consumer waits for an epoch's first batch from the moment it starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Start {
-    /// Started to be consumed now.
-    Awaited,
-    /// Started early by [`Epoch::prefetch_next`](crate::Epoch::prefetch_next) while the
-    /// previous epoch is still consumed: none of its batches is awaited until its first credit.
-    InBackground,
-}
-
-/// Starts epochs whose batches are `O`, whatever the source and collation behind them.
-pub(crate) trait Launch<O>: Send + Sync {
-    /// Checks the plan against the source and starts its coordinator.
-    fn launch(self: Arc<Self>, plan: Plan, start: Start) -> Result<EpochParts<O>>;
 }
 
 impl<S, C> Launch<C::Output> for Launcher<S, C>

@@ -7,9 +7,11 @@ use kiln_core::{BlockLayout, BlockSource, Observer, Plan, PlanRequest, Position,
 use super::collate::Collate;
 use super::config::LoaderConfig;
 use super::epoch::Epoch;
-use super::launch::{Launch, Launcher, Start};
+use super::launch::Launcher;
+use super::parts::{Launch, Start};
 use super::pool::WorkerPool;
-use super::schedule::{EpochSchedule, MemoryBound};
+use super::residency::Residency;
+use super::schedule::EpochSchedule;
 use crate::Result;
 
 /// Executes a sampler's epoch [`Plan`] over a block source and yields collated batches.
@@ -32,13 +34,13 @@ use crate::Result;
 /// - **Back to back**: [`Epoch::prefetch_next`] starts reading the next epoch's first blocks
 ///   while the current one finishes, so epochs do not each open with a stall.
 ///
-/// # Memory bound
+/// # Residency
 ///
 /// While an epoch runs, the loader holds at most the blocks that the batches within the
 /// prefetch window use, plus `read_ahead_blocks` blocks read ahead, plus `prefetch_batches` assembled
 /// batches. How many blocks the window spans depends on the plan: one or two for a sequential
 /// plan, about the number of interleaved blocks for a block shuffle, and every block for a
-/// uniform random permutation. [`memory_bound`](Self::memory_bound) computes the exact bound
+/// uniform random permutation. [`residency`](Self::residency) computes the exact bound
 /// for a plan before running it.
 ///
 /// ```
@@ -142,15 +144,31 @@ where
     }
 
     /// What executing `plan` holds in memory at most, in samples (see the type's docs).
-    pub fn memory_bound(&self, plan: &Plan) -> MemoryBound {
+    pub fn residency(&self, plan: &Plan) -> Residency {
         let config = self.config();
         let schedule = EpochSchedule::new(plan, config.drop_last);
-        MemoryBound::of(
+        Residency::of(
             &schedule,
             self.source().as_ref(),
             config.prefetch_batches as u64,
             config.read_ahead_blocks,
         )
+    }
+}
+
+// `init` sits beside `Loader::new` so that the configuration (config.rs) needs nothing from the
+// loader and the two files do not import each other.
+impl LoaderConfig {
+    /// A loader with these settings over `source`, collating with `collate`; starts the worker
+    /// threads. The same as [`Loader::new`].
+    pub fn init<S, C>(self, source: S, collate: C) -> Result<Loader<S, C>>
+    where
+        S: BlockSource + BlockLayout + 'static,
+        S::Item: Clone + 'static,
+        C: Collate<S::Item> + 'static,
+        C::Output: 'static,
+    {
+        Loader::new(source, collate, self)
     }
 }
 

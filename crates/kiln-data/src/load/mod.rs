@@ -7,7 +7,9 @@ mod coordinator;
 mod epoch;
 mod launch;
 mod loader;
+mod parts;
 mod pool;
+mod residency;
 mod schedule;
 
 pub use burn_collate::BurnCollate;
@@ -15,4 +17,4 @@ pub use collate::{Collate, CollateFn, NoCollate, collate_fn};
 pub use config::LoaderConfig;
 pub use epoch::Epoch;
 pub use loader::Loader;
-pub use schedule::MemoryBound;
+pub use residency::Residency;

@@ -1,4 +1,4 @@
-//! One epoch's batches and block uses, as the loader executes them; and its memory bound.
+//! One epoch's batches and block uses, as the loader executes them.
 
 use std::ops::Range;
 
@@ -110,77 +110,6 @@ pub(crate) fn last_occurrences(
     Ok(Some(last))
 }
 
-/// An upper bound on what a loader holds in memory while executing a plan; see
-/// [`Loader::memory_bound`](crate::Loader::memory_bound).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct MemoryBound {
-    /// Most blocks resident at once for the batches within the prefetch window.
-    pub peak_window_blocks: u64,
-    /// Most source samples resident at once in those blocks.
-    pub peak_window_samples: u64,
-    /// Samples of blocks read ahead of the window: at most `read_ahead_blocks` blocks (the
-    /// largest ones are counted).
-    pub read_ahead_samples: u64,
-    /// Samples held in assembled batches not yet handed over (prefetch depth × batch size).
-    pub batch_samples: u64,
-}
-
-impl MemoryBound {
-    /// Source samples held at most (window, read-ahead and assembled batches together).
-    pub fn max_samples(&self) -> u64 {
-        self.peak_window_samples + self.read_ahead_samples + self.batch_samples
-    }
-
-    /// The bound for a schedule: a block is held from when the prefetch window first reaches
-    /// it until the batch holding its last use is assembled.
-    pub(crate) fn of(
-        schedule: &EpochSchedule,
-        layout: &(impl BlockLayout + ?Sized),
-        prefetch_batches: u64,
-        read_ahead_blocks: usize,
-    ) -> Self {
-        let batches = schedule.batches as usize;
-        let mut block_delta = vec![0i64; batches + 1];
-        let mut sample_delta = vec![0i64; batches + 1];
-        let mut rows_by_size = Vec::with_capacity(schedule.uses.len());
-        for used in &schedule.uses {
-            let rows = layout.blocks()[used.block as usize].rows;
-            rows_by_size.push(rows);
-            // Held while the consumer is at batch c with
-            // first_use < (c + prefetch) × batch size and last_use >= c × batch size.
-            let first = (schedule.batch_of(used.first_use) + 1).saturating_sub(prefetch_batches);
-            let last = schedule
-                .batch_of(used.last_use)
-                .min(schedule.batches.saturating_sub(1));
-            if first > last {
-                continue;
-            }
-            block_delta[first as usize] += 1;
-            block_delta[last as usize + 1] -= 1;
-            sample_delta[first as usize] += rows as i64;
-            sample_delta[last as usize + 1] -= rows as i64;
-        }
-        let peak = |delta: &[i64]| {
-            delta
-                .iter()
-                .scan(0i64, |held, change| {
-                    *held += change;
-                    Some(*held)
-                })
-                .max()
-                .unwrap_or(0)
-                .max(0) as u64
-        };
-        rows_by_size.sort_unstable_by(|a, b| b.cmp(a));
-        Self {
-            peak_window_blocks: peak(&block_delta),
-            peak_window_samples: peak(&sample_delta),
-            read_ahead_samples: rows_by_size.iter().take(read_ahead_blocks).sum(),
-            batch_samples: prefetch_batches * schedule.batch_size,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use kiln_core::{Fingerprint, Layout, Shard};
@@ -217,23 +146,5 @@ mod tests {
         assert_eq!(last, [false, false, true, true, true]);
         let error = last_occurrences(&[4], &layout).unwrap_err();
         assert!(error.to_string().contains("names sample 4"), "{error}");
-    }
-
-    #[test]
-    fn sequential_plans_hold_few_blocks_and_random_ones_many() {
-        let layout = layout(&[10; 10]);
-        let sequential = Plan::new(0, Shard::SINGLE, 5, (0..100).collect(), &layout).unwrap();
-        let bound = MemoryBound::of(&EpochSchedule::new(&sequential, false), &layout, 2, 1);
-        assert_eq!(bound.peak_window_blocks, 2);
-        assert_eq!(bound.read_ahead_samples, 10);
-        assert_eq!(bound.batch_samples, 10);
-        // Striding over every block: each block lives almost the whole epoch.
-        let strided: Vec<u64> = (0..10)
-            .flat_map(|row| (0..10).map(move |b| b * 10 + row))
-            .collect();
-        let strided = Plan::new(0, Shard::SINGLE, 5, strided, &layout).unwrap();
-        let bound = MemoryBound::of(&EpochSchedule::new(&strided, false), &layout, 2, 1);
-        assert_eq!(bound.peak_window_blocks, 10);
-        assert_eq!(bound.peak_window_samples, 100);
     }
 }

@@ -51,6 +51,13 @@ pub fn write_dataset(dir: &Path, files: &[i64], row_group_rows: usize) -> Vec<Pa
         .collect()
 }
 
+/// Cuts a file to half its length, as a writer replacing it under an open source would.
+pub fn truncate_to_half(path: &Path) {
+    let length = std::fs::metadata(path).unwrap().len();
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_len(length / 2).unwrap();
+}
+
 /// Decodes the `id` column; rejects nulls.
 pub fn id_decoder() -> impl RowDecoder<Item = i64> + Clone {
     decoder_fn("id", 1, |batch: &RecordBatch| {

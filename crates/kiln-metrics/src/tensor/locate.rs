@@ -9,9 +9,9 @@ use burn::tensor::backend::Backend;
 
 use crate::Error;
 use crate::config::MetricsConfig;
+use crate::input_checks::{check_finite, check_probability_row};
 use crate::policy::ProbabilityCheck;
 use crate::tensor::TensorTrajectoryBatch;
-use crate::validate::{check_finite, check_probability_row};
 
 /// One field's per-prediction violation counts.
 pub(crate) struct Check<B: Backend> {

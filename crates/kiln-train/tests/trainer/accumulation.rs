@@ -78,7 +78,9 @@ fn partial_window_divides_by_its_own_size<B: AutodiffBackend>(device: B::Device)
     let mut accumulated = trainer::<B>(&device, 4);
     let recorder = common::recorder();
     accumulated.add_observer(recorder.clone());
-    accumulated.fit(|_| batches.clone()).unwrap();
+    accumulated
+        .fit(|p| common::plain(batches.clone(), p))
+        .unwrap();
     assert_eq!(accumulated.counters().optimizer_steps, 2);
     assert_eq!(accumulated.counters().micro_batches, 6);
     assert_eq!(accumulated.position().epoch, 1);
@@ -120,7 +122,7 @@ fn scheduler_steps_once_per_optimizer_step<B: AutodiffBackend>(device: B::Device
     let recorder = common::recorder();
     trainer.add_observer(recorder.clone());
     let batches = common::batches::<B>(9, 4, 5, &device);
-    trainer.fit(|_| batches.clone()).unwrap();
+    trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
     let rates: Vec<f64> = common::step_reports(&recorder)
         .iter()
         .map(|report| report.learning_rate)
@@ -146,10 +148,6 @@ impl<B: AutodiffBackend> TrainStep<B> for SumMlp<B> {
         let predictions = autocast.full(self.inner.forward(autocast.input(batch.inputs)));
         let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Sum);
         StepOutput::new(loss, ()).with_items(rows)
-    }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
     }
 }
 

@@ -22,7 +22,7 @@ fn train<B: AutodiffBackend>(device: &B::Device, precision: Precision) -> (f64, 
     )
     .unwrap();
     let batches = common::batches::<B>(8, 16, 4, device);
-    let summary = trainer.fit(|_| batches.clone()).unwrap();
+    let summary = trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
     let skipped = summary.counters.skipped_steps;
     (summary.last_loss.unwrap(), trainer.into_model(), skipped)
 }
@@ -32,7 +32,11 @@ fn mixed_precision_tracks_f32<B: AutodiffBackend>(device: B::Device) {
     let (f32_loss, _, _) = train::<B>(&device, Precision::F32);
     for precision in common::mixed_precisions::<B>(&device) {
         let (loss, model, skipped) = train::<B>(&device, precision);
-        assert_eq!(model.hidden.weight.val().dtype(), DType::F32, "{precision}");
+        assert_eq!(
+            model.layers[0].weight.val().dtype(),
+            DType::F32,
+            "{precision}"
+        );
         // f16 may skip a step or two while the 2^16 scale calibrates (as PyTorch's docs say).
         let allowed = if precision == Precision::F16Mixed {
             2
@@ -93,9 +97,12 @@ fn f16_overflow_skips_and_backs_off<B: AutodiffBackend>(device: B::Device) {
 /// gets its gradients, because the trainer materializes it before making low-precision copies.
 fn lazily_initialized_model_receives_gradients<B: AutodiffBackend>(device: B::Device) {
     let model = Mlp {
-        hidden: LinearConfig::new(common::INPUTS, common::HIDDEN).init::<B>(&device),
-        output: LinearConfig::new(common::HIDDEN, 1).init::<B>(&device),
+        layers: vec![
+            LinearConfig::new(common::INPUTS, common::HIDDEN).init::<B>(&device),
+            LinearConfig::new(common::HIDDEN, 1).init::<B>(&device),
+        ],
         activation: Relu::new(),
+        dropout: None,
     };
     let precision = *common::mixed_precisions::<B>(&device).last().unwrap();
     let config = TrainerConfig::new()

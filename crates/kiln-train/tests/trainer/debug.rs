@@ -14,7 +14,9 @@ fn nan_loss_in_debug_preset_names_the_step<B: AutodiffBackend>(device: B::Device
         inputs: batches[3].inputs.clone(),
         targets: batches[3].targets.clone().mul_scalar(f32::NAN),
     };
-    let error = trainer.fit(|_| batches.clone()).unwrap_err();
+    let error = trainer
+        .fit(|p| common::plain(batches.clone(), p))
+        .unwrap_err();
     match &error {
         Error::NonFiniteLoss {
             step,
@@ -54,7 +56,7 @@ fn debug_preset_overfits_a_few_batches<B: AutodiffBackend>(device: B::Device) {
     trainer
         .fit(|position| {
             requested.borrow_mut().push(position);
-            batches.clone()
+            common::plain(batches.clone(), position)
         })
         .unwrap();
     assert!(

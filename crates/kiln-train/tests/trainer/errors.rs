@@ -27,10 +27,6 @@ impl<B: AutodiffBackend> TrainStep<B> for Unreduced<B> {
         let losses = MseLoss::new().forward_no_reduction(predictions, batch.targets);
         StepOutput::new(losses.reshape([rows]), ())
     }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
-    }
 }
 
 /// Every `PhaseStart` the recorder saw has its `PhaseEnd`.
@@ -99,10 +95,6 @@ impl<B: AutodiffBackend> TrainStep<B> for InfiniteGradients<B> {
         let loss = self.zero.val().sqrt().sum() + outputs.sum().mul_scalar(0.0);
         StepOutput::new(loss, ())
     }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
-    }
 }
 
 /// Anomaly detection stops at non-finite gradients, naming the step, and the failed optimizer
@@ -137,29 +129,20 @@ fn non_finite_gradients_close_the_optimizer_phase() {
 #[error("row group 7 of events-003.parquet is truncated")]
 struct LoadError;
 
-/// A failing batch stops `try_fit_with` with the epoch, the batch and the loader's message.
+/// A failing batch stops `fit` with the epoch, the batch and the loader's message.
 fn data_errors_name_epoch_and_batch<B: AutodiffBackend>(device: B::Device) {
     let batches = common::batches::<B>(3, 4, 1, &device);
     let mut trainer =
         common::sgd_trainer::<B>(&device, 0.1, TrainerConfig::new().with_num_epochs(2));
     let error = trainer
-        .try_fit_with(
-            |position| {
-                let fail_at = if position.epoch == 1 { 2 } else { usize::MAX };
-                batches
-                    .clone()
-                    .into_iter()
-                    .enumerate()
-                    .map(move |(index, batch)| {
-                        if index == fail_at {
-                            Err(LoadError)
-                        } else {
-                            Ok(batch)
-                        }
-                    })
-            },
-            |_, _| Ok(()),
-        )
+        .fit(|position| {
+            let fail_at = if position.epoch == 1 { 2 } else { usize::MAX };
+            Ok::<_, LoadError>(FlakyBatches {
+                batches: batches.clone().into_iter().enumerate(),
+                fail_at,
+                position,
+            })
+        })
         .unwrap_err();
     let message = error.to_string();
     assert!(
@@ -171,6 +154,53 @@ fn data_errors_name_epoch_and_batch<B: AutodiffBackend>(device: B::Device) {
         5,
         "3 steps in epoch 0, 2 in epoch 1"
     );
+
+    // An epoch that fails to open names the epoch too.
+    let mut trainer = common::sgd_trainer::<B>(&device, 0.1, TrainerConfig::new());
+    let error = trainer
+        .fit(|_| Err::<FlakyBatches<B>, _>(LoadError))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::Data {
+                epoch: 0,
+                batch: 0,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+/// An epoch whose batch `fail_at` fails to load, as a loader's epoch would report it.
+struct FlakyBatches<B: AutodiffBackend> {
+    batches: std::iter::Enumerate<std::vec::IntoIter<Batch<B>>>,
+    fail_at: usize,
+    position: kiln_core::Position,
+}
+
+impl<B: AutodiffBackend> Iterator for FlakyBatches<B> {
+    type Item = Result<Batch<B>, LoadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (index, batch) = self.batches.next()?;
+        if index == self.fail_at {
+            return Some(Err(LoadError));
+        }
+        self.position.consumed += batch.len() as u64;
+        Some(Ok(batch))
+    }
+}
+
+impl<B: AutodiffBackend> kiln_core::PositionedBatches for FlakyBatches<B> {
+    fn position(&self) -> kiln_core::Position {
+        self.position
+    }
+
+    fn last_batch_samples(&self) -> u64 {
+        4
+    }
 }
 
 /// The `ci` preset trains a handful of batches per epoch and validates on two.
@@ -179,7 +209,7 @@ fn ci_preset_trains_a_handful<B: AutodiffBackend>(device: B::Device) {
     assert!(config.checkpoint.is_none());
     let mut trainer = common::sgd_trainer::<B>(&device, 0.1, config);
     let batches = common::batches::<B>(10, 4, 1, &device);
-    let summary = trainer.fit(|_| batches.clone()).unwrap();
+    let summary = trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
     assert_eq!(
         summary.counters.micro_batches, 8,
         "4 batches in each of 2 epochs"

@@ -66,10 +66,6 @@ impl<B: AutodiffBackend> TrainStep<B> for NormMlp<B> {
         let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
         StepOutput::new(loss, ())
     }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
-    }
 }
 
 /// Validation hands back each sample's squared error, computed the way training does it.
@@ -98,10 +94,6 @@ impl<B: AutodiffBackend> TrainStep<B> for CarelessNormMlp<B> {
         let predictions = autocast.full(self.inner.plain_forward(autocast.input(batch.inputs)));
         let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
         StepOutput::new(loss, ())
-    }
-
-    fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-        batch.inputs.dims()[0] as u64
     }
 }
 
@@ -161,7 +153,7 @@ fn norm_layers_keep_an_f32_master<B: AutodiffBackend>(device: B::Device) {
             device.clone(),
         )
         .unwrap();
-        let summary = trainer.fit(|_| batches.clone()).unwrap();
+        let summary = trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
         assert!(summary.last_loss.unwrap().is_finite(), "{precision}");
         // Validation casts with the training plan: norms stay f32, so `keep_f32` matches.
         let valid = common::batches::<B::InnerBackend>(2, 8, 5, &device);

@@ -16,7 +16,7 @@ fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
     trainer.add_observer(recorder.clone());
     trainer.add_observer(ProgressObserver::hidden());
     let batches = common::batches::<B>(3, 4, 1, &device);
-    trainer.fit(|_| batches.clone()).unwrap();
+    trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
 
     let events = recorder.events();
     let names: Vec<String> = events

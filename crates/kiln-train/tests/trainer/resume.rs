@@ -5,7 +5,7 @@ use std::path::Path;
 use burn::lr_scheduler::linear::{LinearLrScheduler, LinearLrSchedulerConfig};
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_core::Position;
+use kiln_core::{Position, PositionedBatches};
 use kiln_train::{Error, Preset, Trainer, TrainerConfig, latest_checkpoint};
 use rand::Rng;
 
@@ -37,11 +37,14 @@ fn trainer<B: AutodiffBackend>(
     .unwrap()
 }
 
-/// The epoch's batches (a different rotation each epoch) from `position` on.
-fn epoch_data<B: AutodiffBackend>(batches: &[Batch<B>], position: Position) -> Vec<Batch<B>> {
+/// The epoch's batches (a different rotation each epoch), opened at `position`.
+fn epoch_data<B: AutodiffBackend>(
+    batches: &[Batch<B>],
+    position: Position,
+) -> kiln_core::Result<impl PositionedBatches<Item = kiln_core::Result<Batch<B>>>> {
     let mut order = batches.to_vec();
     order.rotate_left(position.epoch as usize % BATCHES);
-    order.split_off((position.consumed / ROWS as u64) as usize)
+    common::plain(order, position)
 }
 
 fn loss_bits(reports: &[kiln_core::StepReport]) -> Vec<u64> {
@@ -236,11 +239,7 @@ fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
     assert!(error.contains("loss_scaler"), "{error}");
 
     // Same structure, other width: refused before Burn could load it and panic later.
-    let narrow = Mlp {
-        hidden: burn::nn::LinearConfig::new(common::INPUTS, 3).init::<B>(&device),
-        output: burn::nn::LinearConfig::new(3, 1).init::<B>(&device),
-        activation: burn::nn::Relu::new(),
-    };
+    let narrow = kiln_testkit::MlpConfig::new(common::INPUTS, &[3], 1).init::<B>(&device);
     let scheduler = LinearLrSchedulerConfig::new(0.05, 0.01, 6).init().unwrap();
     let mut narrow = Trainer::new(
         narrow,
@@ -272,26 +271,75 @@ fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
     );
 }
 
-/// On rank r of W, positions count the global order: W times this rank's samples.
-fn positions_count_the_global_order<B: AutodiffBackend>(device: B::Device) {
+/// The trainer saves the position the data reports (here a rank of 4 whose plan counts the
+/// global order), and refuses data opened somewhere else than asked.
+fn positions_come_from_the_data<B: AutodiffBackend>(device: B::Device) {
     let batches = common::batches::<B>(BATCHES, ROWS, 5, &device);
-    let mut single = trainer::<B>(&device, config().with_accumulation_steps(1), 1);
-    let mut ranked = trainer::<B>(
-        &device,
-        config().with_accumulation_steps(1).with_data_world_size(4),
-        1,
-    );
-    for batch in batches.iter().take(3) {
-        single.train_batch(batch.clone()).unwrap();
-        ranked.train_batch(batch.clone()).unwrap();
+    let mut rank = trainer::<B>(&device, config().with_accumulation_steps(1), 1);
+    let mut data = GlobalOrder {
+        batches: batches.clone().into_iter(),
+        position: Position::start_of(0),
+        world: 4,
+    };
+    for _ in 0..3 {
+        let batch = data.next().unwrap().unwrap();
+        rank.train_batch(batch).unwrap();
+        rank.record_position(&data);
     }
-    assert_eq!(single.position().consumed, 3 * ROWS as u64);
-    assert_eq!(ranked.position().consumed, 4 * 3 * ROWS as u64);
-    assert!(config().with_data_world_size(0).validate().is_err());
+    assert_eq!(
+        rank.position(),
+        Position {
+            epoch: 0,
+            consumed: 4 * 3 * ROWS as u64
+        }
+    );
+    assert_eq!(
+        rank.counters().samples,
+        3 * ROWS as u64,
+        "this rank's samples"
+    );
+
+    // Data that ignores the position it is asked for is an error, not a silent replay.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank.kiln");
+    rank.save_checkpoint(&path).unwrap();
+    let mut resumed = trainer::<B>(&device, config().with_accumulation_steps(1), 1);
+    resumed.load_checkpoint(&path).unwrap();
+    let error = resumed
+        .fit(|_| common::plain(batches.clone(), Position::start_of(0)))
+        .unwrap_err();
+    assert!(matches!(error, Error::DataPosition { .. }), "{error}");
+}
+
+/// One rank's batches of a 4-rank world: positions count every rank's samples.
+struct GlobalOrder<B: AutodiffBackend> {
+    batches: std::vec::IntoIter<Batch<B>>,
+    position: Position,
+    world: u64,
+}
+
+impl<B: AutodiffBackend> Iterator for GlobalOrder<B> {
+    type Item = kiln_core::Result<Batch<B>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = self.batches.next()?;
+        self.position.consumed += self.world * batch.len() as u64;
+        Some(Ok(batch))
+    }
+}
+
+impl<B: AutodiffBackend> PositionedBatches for GlobalOrder<B> {
+    fn position(&self) -> Position {
+        self.position
+    }
+
+    fn last_batch_samples(&self) -> u64 {
+        ROWS as u64
+    }
 }
 
 crate::backend_tests!(
-    positions_count_the_global_order,
+    positions_come_from_the_data,
     resumed_run_is_bit_identical,
     resumed_f16_run_with_scaler_state_is_bit_identical,
     fit_checkpoints_rotate_and_resume,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use kiln_core::Fingerprint;
 use lru::LruCache;
 
-use super::segment::Segment;
+use crate::segment::Segment;
 
 /// Verified segments held in memory, least recently used evicted first, never more than
 /// `budget_bytes` in total.
@@ -103,25 +103,13 @@ impl RamCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::segment::{SegmentBuilder, SegmentBytes, SegmentKey};
+    use crate::segment::SegmentBytes;
+    use crate::test_support::{key, one_record};
 
     fn segment(block: u32, payload_bytes: usize) -> (Fingerprint, Segment) {
-        let key = SegmentKey {
-            layout: Fingerprint::of_bytes(b"l"),
-            block,
-            transform: Fingerprint::of_bytes(b"t"),
-            codec: Fingerprint::of_bytes(b"c"),
-        };
-        let mut builder = SegmentBuilder::new(key, 1);
-        builder
-            .push(|out| {
-                out.resize(out.len() + payload_bytes, 1);
-                Ok::<_, ()>(())
-            })
-            .unwrap();
-        let bytes = builder.finish().unwrap();
-        let segment = Segment::verify(SegmentBytes::heap(&bytes), &key).unwrap();
-        (key.digest(), segment)
+        let bytes = one_record(key(block), &vec![1; payload_bytes]);
+        let segment = Segment::verify(SegmentBytes::heap(&bytes), &key(block)).unwrap();
+        (key(block).digest(), segment)
     }
 
     #[test]

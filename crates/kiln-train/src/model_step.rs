@@ -38,7 +38,8 @@ impl<B: Backend, O> StepOutput<B, O> {
     }
 }
 
-/// The forward half of a training step, implemented by the model.
+/// The forward half of a training step, implemented by the model: one required method,
+/// [`step`](Self::step), as Burn's.
 ///
 /// It mirrors Burn's `burn::train::TrainStep`, except that it returns the loss instead of
 /// calling `backward` itself: the trainer owns the backward pass because it scales the loss
@@ -73,10 +74,6 @@ impl<B: Backend, O> StepOutput<B, O> {
 ///         let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
 ///         StepOutput::new(loss, ())
 ///     }
-///
-///     fn batch_samples(&self, batch: &Batch<B>) -> u64 {
-///         batch.inputs.dims()[0] as u64
-///     }
 /// }
 /// ```
 pub trait TrainStep<B: AutodiffBackend> {
@@ -87,10 +84,6 @@ pub trait TrainStep<B: AutodiffBackend> {
 
     /// Runs the forward pass and the loss on one micro-batch.
     fn step(&self, batch: Self::Input, autocast: &Autocast) -> StepOutput<B, Self::Output>;
-
-    /// Samples in a micro-batch: advances the resume [`Position`](kiln_core::Position) and
-    /// the samples/s figures.
-    fn batch_samples(&self, batch: &Self::Input) -> u64;
 
     /// Moves a batch to `device`; timed as the host-to-device phase. The default keeps the
     /// batch as it is (Burn batchers usually build tensors on the device already).

@@ -1,14 +1,11 @@
 //! The preprocessing cache: keys, verification and rebuild, crash safety, tiers, warming.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{id_decoder, write_dataset};
+use kiln_cache::{Cached, DiskCache, Error, PodCodec};
 use kiln_core::{BlockLayout, BlockSource, Fingerprint, FnTransform, transform_fn};
-use kiln_data::{Cached, DiskCache, Error, ParquetSource, PodCodec};
 use kiln_testkit::MemorySource;
 
 /// A transform that counts its calls, so tests can tell a hit from a recomputation.
@@ -192,41 +189,6 @@ fn a_changed_transform_fingerprint_misses() {
 }
 
 #[test]
-fn a_changed_source_file_misses() {
-    let data = tempfile::tempdir().unwrap();
-    let paths = write_dataset(data.path(), &[20], 10);
-    let cache = tempfile::tempdir().unwrap();
-    let to_u64 = transform_fn("to-u64", 1, |id: i64| Ok::<_, Infallible>(id as u64));
-    let open = || {
-        let source = ParquetSource::builder()
-            .dir(data.path())
-            .build_with(id_decoder())
-            .unwrap();
-        Cached::new(
-            source,
-            to_u64.clone(),
-            DiskCache::open(cache.path()).unwrap(),
-        )
-    };
-    open().warm().unwrap();
-    assert_eq!(open().warm().unwrap().built, 0, "unchanged files hit");
-    common::write_ids(&paths[0], 100..120, 10);
-    let file = std::fs::File::options()
-        .write(true)
-        .open(&paths[0])
-        .unwrap();
-    let later = file.metadata().unwrap().modified().unwrap() + std::time::Duration::from_secs(2);
-    file.set_modified(later).unwrap();
-    let changed = open();
-    assert_eq!(
-        changed.read_block(0).unwrap()[0],
-        100,
-        "the rewritten file is read, not the cache"
-    );
-    assert_eq!(changed.stats().disk_hits, 0);
-}
-
-#[test]
 fn warm_builds_everything_once_in_parallel() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
@@ -384,36 +346,4 @@ fn the_layout_fingerprint_combines_source_transform_and_codec() {
     );
     assert_ne!(other.fingerprint(), fingerprints[0]);
     assert_ne!(other.key(0).digest(), a.key(0).digest());
-}
-
-/// Over Parquet, a failing transform names the file and the row group, not just an index.
-#[test]
-fn transform_errors_over_parquet_name_the_file_and_row_group() {
-    let data = tempfile::tempdir().unwrap();
-    let paths = write_dataset(data.path(), &[10, 10], 4);
-    let source = ParquetSource::builder()
-        .dir(data.path())
-        .build_with(id_decoder())
-        .unwrap();
-    assert_eq!(
-        source.describe_block(3),
-        format!("block 3 (row group 0 of {})", paths[1].display())
-    );
-    let reject = transform_fn("reject", 1, |id: i64| {
-        if id == 13 {
-            Err(std::io::Error::other("id 13 is cursed"))
-        } else {
-            Ok(id)
-        }
-    });
-    let cache = tempfile::tempdir().unwrap();
-    let cached = Cached::new(source, reject, DiskCache::open(cache.path()).unwrap());
-    let error = cached.read_block(3).unwrap_err().to_string();
-    assert_eq!(
-        error,
-        format!(
-            "transform failed on block 3 (row group 0 of {}), row 3: id 13 is cursed",
-            paths[1].display()
-        )
-    );
 }

@@ -1,13 +1,13 @@
-//! Whole-module casts and the lazy-parameter trap.
+//! The lazy-parameter trap.
 //!
 //! Burn initializes parameters lazily, and cloning a module whose parameters were never read
 //! gives the clone its own initializer: the clone draws other random weights under the same
 //! `ParamId`, and no gradient of the clone reaches the original. [`materialize`] reads every
 //! parameter once so clones share the original's tensors (and, for autodiff, its graph leaves).
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, FloatDType, Int, Tensor};
+use burn::tensor::{Bool, Int, Tensor};
 
 /// Forces every lazily initialized parameter of `module` to take its value now.
 ///
@@ -28,14 +28,6 @@ pub fn materialize<B: Backend, M: Module<B>>(module: &M) {
     module.visit(&mut Materializer);
 }
 
-/// A copy of `module` whose float parameters are cast to `dtype`, keeping their `ParamId`s.
-///
-/// On an autodiff backend the casts are recorded in the graph, so gradients of a loss computed
-/// with the copy flow back, cast to f32, to the original's parameters.
-pub fn cast_module<B: Backend, M: Module<B>>(module: M, dtype: FloatDType) -> M {
-    module.map(&mut CastMapper { dtype })
-}
-
 struct Materializer;
 
 impl<B: Backend> ModuleVisitor<B> for Materializer {
@@ -47,16 +39,5 @@ impl<B: Backend> ModuleVisitor<B> for Materializer {
     }
     fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
         let _ = param.val();
-    }
-}
-
-struct CastMapper {
-    dtype: FloatDType,
-}
-
-impl<B: Backend> ModuleMapper<B> for CastMapper {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let dtype = self.dtype;
-        param.map(|tensor| tensor.cast(dtype))
     }
 }

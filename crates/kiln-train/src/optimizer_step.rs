@@ -1,23 +1,18 @@
-//! One micro-batch (forward, backward, accumulate) and one optimizer step (unscale, check,
-//! clip, step or skip), with a host readback only where one is needed.
-
-use std::panic::{AssertUnwindSafe, catch_unwind};
+//! One optimizer step: unscale and normalize, read back where needed (then check for
+//! inf/NaN), clip, step or skip; and the bound on how far the host runs ahead of the device.
 
 use burn::module::AutodiffModule;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{FloatDType, Tensor, Transaction};
+use burn::tensor::{Tensor, Transaction};
 use kiln_core::{Event, Phase, SkipReason, StepOutcome, StepReport};
 
 use crate::clipping::{
-    clip_coefficient, clip_factor_on_device, read_scalar, scale_grads, scale_grads_by,
-    squared_grad_norm,
+    clip_coefficient, clip_factor_on_device, scale_grads, scale_grads_by, squared_grad_norm,
 };
 use crate::trainer::LastLoss;
-use crate::{
-    BatchOutcome, Error, GradientClipping, LossNormalization, Result, TrainStep, Trainer, rng,
-};
+use crate::{Error, GradientClipping, LossNormalization, Result, TrainStep, Trainer};
 
 impl<B, M, O, S> Trainer<B, M, O, S>
 where
@@ -26,146 +21,9 @@ where
     O: Optimizer<M, B>,
     S: LrScheduler,
 {
-    /// Emits [`Event::EpochStart`] for the current epoch unless it was already emitted.
-    /// [`train_batch`](Self::train_batch) calls it for you.
-    pub fn start_epoch(&mut self) {
-        if !self.epoch_started {
-            self.epoch_started = true;
-            self.observers.emit(&Event::EpochStart {
-                epoch: self.position.epoch,
-            });
-        }
-    }
-
-    /// Trains on one micro-batch: forward (on a low-precision copy under mixed precision),
-    /// scaled backward, and accumulation of the f32 gradients. When the micro-batch completes a
-    /// window of [`accumulation_steps`](crate::TrainerConfig::accumulation_steps), the optimizer
-    /// step runs too and its report is returned.
-    pub fn train_batch(&mut self, batch: M::Input) -> Result<BatchOutcome<M::Output>> {
-        self.start_epoch();
-        let step = self.counters.optimizer_steps + 1;
-        let micro_batch = self.window.micro_batches;
-        if micro_batch == 0 && self.config.reseed_every_step {
-            B::seed(&self.device, rng::step_seed(self.config.seed, step));
-        }
-        let model = self.model();
-        let samples = model.batch_samples(&batch);
-
-        let started = self.observers.start(Phase::HostToDevice, step);
-        let batch = model.to_device(batch, &self.device);
-        self.observers.end::<B>(started, &self.device)?;
-
-        let started = self.observers.start(Phase::Forward, step);
-        let output = match &self.cast_plan {
-            Some(plan) => {
-                let copy = plan.cast(model.clone(), self.autocast.compute_dtype());
-                let autocast = self.autocast;
-                // Burn panics on mixed dtypes; under mixed precision that usually means a layer
-                // kept in f32 got a low-precision input, which the error can explain.
-                catch_unwind(AssertUnwindSafe(|| copy.step(batch, &autocast))).map_err(|panic| {
-                    Error::ForwardPanicked {
-                        step,
-                        micro_batch,
-                        precision: autocast.precision(),
-                        message: panic_message(panic.as_ref()),
-                    }
-                })
-            }
-            None => Ok(model.step(batch, &self.autocast)),
-        };
-        // End the phase before any check can return, so observers never see it left open.
-        self.observers.end::<B>(started, &self.device)?;
-        let output = output?;
-        let shape = output.loss.dims();
-        if shape != [1] {
-            return Err(Error::LossShape {
-                step,
-                micro_batch,
-                shape: shape.to_vec(),
-            });
-        }
-        let items = match (self.config.loss_normalization, output.items) {
-            (LossNormalization::Items, None) => {
-                return Err(Error::MissingItemCount { step, micro_batch });
-            }
-            (_, items) => items.unwrap_or(0),
-        };
-        let loss = output.loss.cast(FloatDType::F32);
-
-        let detached = loss.clone().detach().inner();
-        if self.config.detect_anomalies {
-            self.counters.readbacks += 1;
-            let value = read_scalar(detached.clone(), "the anomaly check of the loss")?;
-            if !value.is_finite() {
-                return Err(Error::NonFiniteLoss {
-                    step,
-                    epoch: self.position.epoch,
-                    micro_batch,
-                    value,
-                });
-            }
-        }
-
-        let started = self.observers.start(Phase::Backward, step);
-        let scaled = match &self.scaler {
-            Some(scaler) => loss.mul_scalar(scaler.scale()),
-            None => loss,
-        };
-        let grads = GradientsParams::from_grads(scaled.backward(), self.model());
-        self.observers.end::<B>(started, &self.device)?;
-
-        let model = self
-            .model
-            .as_ref()
-            .expect("the model is present between steps");
-        self.window.add(model, grads, detached, items);
-        self.counters.micro_batches += 1;
-        self.counters.epoch_batches += 1;
-        self.counters.samples += samples;
-        // Positions count the global order: every rank consumed as many samples as this one.
-        self.position.consumed += samples * u64::from(self.config.data_world_size);
-
-        let step_report = if self.window.micro_batches >= self.config.accumulation_steps {
-            Some(self.optimizer_step()?)
-        } else {
-            None
-        };
-        Ok(BatchOutcome {
-            output: output.item,
-            step: step_report,
-        })
-    }
-
-    /// Runs the optimizer step for a partially filled window now (normalized by its own
-    /// micro-batch count); `None` when nothing is pending.
-    pub fn finish_window(&mut self) -> Result<Option<StepReport>> {
-        if self.window.is_empty() {
-            Ok(None)
-        } else {
-            self.optimizer_step().map(Some)
-        }
-    }
-
-    /// Ends the epoch: flushes the last partial window, emits [`Event::EpochEnd`] and moves
-    /// the position to the start of the next epoch. Returns the flushed step's report.
-    pub fn end_epoch(&mut self) -> Result<Option<StepReport>> {
-        self.start_epoch();
-        let flushed = self.finish_window()?;
-        self.observers.emit(&Event::EpochEnd {
-            epoch: self.position.epoch,
-            steps: self.counters.epoch_steps,
-            samples: self.position.consumed,
-        });
-        self.position = kiln_core::Position::start_of(self.position.epoch + 1);
-        self.counters.epoch_steps = 0;
-        self.counters.epoch_batches = 0;
-        self.epoch_started = false;
-        Ok(flushed)
-    }
-
     /// Unscale and normalize, read back where needed (then check for inf/NaN), clip, then step
     /// (and advance the scheduler) or skip (and leave it), update the loss scale, report.
-    fn optimizer_step(&mut self) -> Result<StepReport> {
+    pub(crate) fn optimizer_step(&mut self) -> Result<StepReport> {
         let step = self.counters.optimizer_steps + 1;
         // Checked before the window is taken, so an error leaves it (and the phases) intact.
         if matches!(self.config.loss_normalization, LossNormalization::Items)
@@ -274,7 +132,7 @@ where
             if self.scaler.is_none() && self.config.detect_anomalies {
                 return Err(Error::NonFiniteGradients {
                     step,
-                    epoch: self.position.epoch,
+                    epoch: self.epoch,
                     squared_norm: squared_scaled.unwrap_or(f64::NAN),
                 });
             }
@@ -345,15 +203,7 @@ where
             grad_norm: None,
         }
     }
-}
 
-impl<B, M, O, S> Trainer<B, M, O, S>
-where
-    B: AutodiffBackend,
-    M: AutodiffModule<B> + TrainStep<B>,
-    O: Optimizer<M, B>,
-    S: LrScheduler,
-{
     /// Waits for the device once `max_queued_steps` steps were queued without a readback.
     fn bound_run_ahead(&mut self) -> Result<()> {
         self.queued_steps += 1;
@@ -376,15 +226,6 @@ struct Outcome {
     learning_rate: f64,
     loss: Option<f64>,
     grad_norm: Option<f64>,
-}
-
-/// The text of a caught panic.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|text| (*text).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// Reads the window's loss sum and, when computed, the squared gradient norm in one

@@ -8,8 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kiln_core::{BlockIndex, BlockLayout, BlockSource, Transform};
 use rayon::prelude::*;
 
-use super::cached::Cached;
-use super::codec::Codec;
+use crate::cached::Cached;
+use crate::codec::Codec;
 use crate::{Error, Result};
 
 /// What [`Cached::warm`] did.

@@ -57,6 +57,7 @@ const BINCODE: bincode::config::Configuration<
 
 impl<T: Serialize + DeserializeOwned> Codec<T> for BincodeCodec {
     fn fingerprint(&self) -> Fingerprint {
+        // "kiln-data" (both codecs) predates kiln-cache; changing it would orphan every cache.
         Fingerprint::builder()
             .str("kiln-data codec")
             .str("bincode-2-fixint-le")
@@ -163,6 +164,17 @@ mod tests {
         assert_ne!(
             Codec::<Vec<f32>>::fingerprint(&PodCodec),
             Codec::<Vec<f32>>::fingerprint(&BincodeCodec)
+        );
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn the_pod_fingerprint_is_pinned() {
+        // Caches written before kiln-cache split out of kiln-data stay valid: the domain string
+        // stays "kiln-data codec".
+        assert_eq!(
+            Codec::<Vec<f32>>::fingerprint(&PodCodec).to_string(),
+            "94dc8bc6f2a2ed22d14cab997be16a0d"
         );
     }
 

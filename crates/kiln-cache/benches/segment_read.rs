@@ -1,7 +1,7 @@
 //! Verified cache reads against plain page-cache reads of the same bytes, per segment size and
 //! read strategy, and the checksum costs behind the segment format.
 //!
-//! Run: `cargo bench -p kiln-data --bench segment_read` (add `-- 256KiB`, `-- 1MiB`, `-- 2MiB`,
+//! Run: `cargo bench -p kiln-cache --bench segment_read` (add `-- 256KiB`, `-- 1MiB`, `-- 2MiB`,
 //! `-- 4MiB` or `-- checksum` to pick a group). Each size group reads 128 MiB of segments that
 //! sit in the page cache of the temporary directory's file system; compare the rows of one group
 //! with each other, as ratios:
@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kiln_cache::{DEFAULT_MMAP_THRESHOLD, DiskCache, SegmentBuilder, SegmentKey};
 use kiln_core::Fingerprint;
-use kiln_data::{DiskCache, SegmentBuilder, SegmentKey};
 use twox_hash::XxHash3_64;
 
 /// Bytes of segments per size group: well past the L3 caches of common servers.
@@ -123,7 +123,7 @@ fn read_group(c: &mut Criterion, name: &str, segment_bytes: usize) {
     let strategies = [
         ("cache_get/read", u64::MAX),
         ("cache_get/mmap", 0),
-        ("cache_get/default", kiln_data::DEFAULT_MMAP_THRESHOLD),
+        ("cache_get/default", DEFAULT_MMAP_THRESHOLD),
     ];
     for (label, threshold) in strategies {
         let cache = DiskCache::open(dir.path())

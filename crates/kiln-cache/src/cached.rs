@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use kiln_core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Transform};
 
-use super::codec::{BincodeCodec, Codec};
-use super::disk::DiskCache;
-use super::ram::RamCache;
-use super::segment::{Segment, SegmentBuilder, SegmentBytes, SegmentKey};
-use super::stats::CacheStats;
+use crate::codec::{BincodeCodec, Codec};
+use crate::disk::DiskCache;
+use crate::ram::RamCache;
+use crate::segment::{Segment, SegmentBuilder, SegmentBytes, SegmentKey};
+use crate::stats::CacheStats;
 use crate::{Error, Result};
 
 /// An inner block source with a [`Transform`] applied to every sample, cached per block.
@@ -25,12 +25,16 @@ use crate::{Error, Result};
 /// written to disk (the RAM tier, if any, keeps them), and the failure is counted ([`CacheStats::failed_writes`](crate::CacheStats::failed_writes)) with
 /// its error kept ([`DiskCache::last_write_error`]). [`warm`](Self::warm) does fail on it.
 ///
+/// A failing inner read comes back as [`Error::Source`] and a rejected sample as
+/// [`Error::Transform`], both naming the block through
+/// [`describe_block`](BlockLayout::describe_block) (for a Parquet source, its file and row group).
+///
 /// `Cached` is itself a [`BlockLayout`] and a [`BlockSource`], so it stacks under a loader or
 /// another wrapper.
 ///
 /// ```
 /// use kiln_core::{transform_fn, BlockSource};
-/// use kiln_data::{Cached, DiskCache};
+/// use kiln_cache::{Cached, DiskCache};
 /// use kiln_testkit::MemorySource;
 ///
 /// let dir = tempfile::tempdir().unwrap();
@@ -234,6 +238,7 @@ where
     /// transformed samples.
     fn fingerprint(&self) -> Fingerprint {
         Fingerprint::builder()
+            // Named before kiln-cache existed; kept so existing fingerprints stay valid.
             .str("kiln-data cached")
             .fingerprint(self.inner.fingerprint())
             .fingerprint(self.transform.fingerprint())

@@ -1,0 +1,188 @@
+//! Reading a segment: mapped or read by size, verified before use, discarded when corrupt.
+
+use std::fs::File;
+use std::io::Read;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use memmap2::MmapOptions;
+
+use super::store::DiskCache;
+use crate::segment::{Segment, SegmentBytes, SegmentKey};
+use crate::stats::{CorruptSegment, Counters};
+use crate::{Error, Result};
+
+/// How many corruption reports are kept (the count in the statistics is exact).
+const KEPT_REPORTS: usize = 64;
+
+impl DiskCache {
+    /// The verified segment of `key`: `Ok(None)` when there is none; an
+    /// [`Error::CorruptSegment`] (after removing the file and recording a report) when it fails
+    /// verification.
+    pub fn get(&self, key: &SegmentKey) -> Result<Option<Segment>> {
+        let path = self.segment_path(key);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                Counters::add(&self.counters.misses, 1);
+                self.lock_index().remove(&key.digest());
+                return Ok(None);
+            }
+            Err(source) => return Err(Error::io("opening", path, source)),
+        };
+        let len = file
+            .metadata()
+            .map_err(|source| Error::io("inspecting", &path, source))?
+            .len();
+        if len == 0 {
+            return Err(self.discard_corrupt(key, "the file is empty".to_owned()));
+        }
+        let bytes = if len >= self.mmap_threshold {
+            // SAFETY: a mapping is sound only while nobody modifies the file in place. kiln
+            // never does: segments are created complete under a temporary name and renamed into
+            // place, and replaced or evicted only by rename or unlink, which leave an existing
+            // mapping's file intact. The map is read-only, and every byte is verified before
+            // use. The cache directory must not be written by other programs (documented on
+            // `DiskCache`).
+            let map = unsafe { MmapOptions::new().map(&file) }
+                .map_err(|source| Error::io("memory-mapping", &path, source))?;
+            SegmentBytes::Mapped(map)
+        } else {
+            let capacity = usize::try_from(len).unwrap_or(usize::MAX);
+            let mut buffer = Vec::new();
+            buffer
+                .try_reserve_exact(capacity)
+                .map_err(|error| Error::io("reading", &path, std::io::Error::other(error)))?;
+            (&file)
+                .read_to_end(&mut buffer)
+                .map_err(|source| Error::io("reading", &path, source))?;
+            SegmentBytes::owned(buffer)
+        };
+        match Segment::verify(bytes, key) {
+            Ok(segment) => {
+                Counters::add(&self.counters.disk_hits, 1);
+                Counters::add(&self.counters.bytes_read, len);
+                let mut index = self.lock_index();
+                if index.segments.get(&key.digest()).is_none() {
+                    // Written by another process since we opened the directory.
+                    index.insert(key.digest(), len);
+                }
+                drop(index);
+                if self.limit_bytes.is_some() {
+                    // The next run orders segments by modification time: make it the last use.
+                    // Best effort (the file may be gone, or not ours to touch).
+                    let _ = file.set_modified(SystemTime::now());
+                }
+                Ok(Some(segment))
+            }
+            Err(reason) => Err(self.discard_corrupt(key, reason)),
+        }
+    }
+
+    /// Removes the segment of `key`, counts and records the corruption, and returns the error.
+    pub(crate) fn discard_corrupt(&self, key: &SegmentKey, reason: String) -> Error {
+        let path = self.segment_path(key);
+        let _ = std::fs::remove_file(&path);
+        self.lock_index().remove(&key.digest());
+        Counters::add(&self.counters.corrupt_segments, 1);
+        Counters::add(&self.counters.misses, 1);
+        let report = CorruptSegment {
+            path: path.clone(),
+            block: key.block,
+            reason: reason.clone(),
+        };
+        if let Ok(mut reports) = self.reports.lock() {
+            if reports.len() == KEPT_REPORTS {
+                reports.pop_front();
+            }
+            reports.push_back(report);
+        }
+        Error::CorruptSegment {
+            path,
+            block: key.block,
+            reason,
+        }
+    }
+
+    /// Like [`discard_corrupt`](Self::discard_corrupt) for a segment that passed verification
+    /// (and was counted as a hit) but does not decode.
+    pub(crate) fn discard_undecodable(&self, key: &SegmentKey, reason: String) -> Error {
+        self.counters.disk_hits.fetch_sub(1, Ordering::Relaxed);
+        self.discard_corrupt(key, reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::test_support::{key, one_record as segment};
+
+    #[test]
+    fn mapped_and_read_segments_are_verified_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = segment(key(5), b"payload").len() as u64;
+        // Segments of at least the threshold are mapped.
+        for (threshold, mapped) in [(0, true), (len, true), (len + 1, false), (u64::MAX, false)] {
+            let cache = DiskCache::open(dir.path())
+                .unwrap()
+                .with_mmap_threshold(threshold);
+            cache.put(&key(5), &segment(key(5), b"payload")).unwrap();
+            let found = cache.get(&key(5)).unwrap().unwrap();
+            assert_eq!(found.record(0), b"payload");
+            assert_eq!(found.is_mapped(), mapped, "threshold {threshold}");
+            let mut damaged = segment(key(5), b"payload");
+            let last = damaged.len() - 1;
+            damaged[last] ^= 1;
+            std::fs::write(cache.segment_path(&key(5)), &damaged).unwrap();
+            let error = cache.get(&key(5)).unwrap_err();
+            assert!(
+                error.to_string().contains("record 0 is damaged"),
+                "threshold {threshold}: {error}"
+            );
+            assert!(!cache.contains(&key(5)));
+        }
+    }
+
+    #[test]
+    fn corrupt_segments_are_removed_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path()).unwrap();
+        let mut bytes = segment(key(2), b"payload");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        // Bypass `put` to plant a damaged file.
+        std::fs::write(cache.segment_path(&key(2)), &bytes).unwrap();
+        let error = cache.get(&key(2)).unwrap_err();
+        assert!(
+            matches!(error, Error::CorruptSegment { block: 2, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("record 0 is damaged"), "{error}");
+        assert!(!cache.contains(&key(2)));
+        let reports = cache.corrupt_segments();
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].block, 2);
+        assert_eq!(cache.stats().corrupt_segments, 1);
+    }
+
+    #[test]
+    fn hits_under_a_size_limit_mark_the_segment_recently_used_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let long_ago = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        for limit in [None, Some(1 << 20)] {
+            let mut cache = DiskCache::open(dir.path()).unwrap();
+            if let Some(limit) = limit {
+                cache = cache.with_limit_bytes(limit);
+            }
+            cache.put(&key(0), &segment(key(0), b"x")).unwrap();
+            let path = cache.segment_path(&key(0));
+            let file = File::options().write(true).open(&path).unwrap();
+            file.set_modified(long_ago).unwrap();
+            assert!(cache.get(&key(0)).unwrap().is_some());
+            let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+            assert_eq!(modified > long_ago, limit.is_some(), "limit {limit:?}");
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The cache segment: its byte format, key, builder, bytes and verification.
+
+mod builder;
+mod bytes;
+pub(crate) mod format;
+mod key;
+mod verified;
+mod verify;
+
+pub use builder::SegmentBuilder;
+pub(crate) use bytes::SegmentBytes;
+pub use format::FORMAT_VERSION;
+pub use key::SegmentKey;
+pub(crate) use key::{SegmentName, file_name};
+pub use verified::Segment;
