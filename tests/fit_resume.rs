@@ -1,6 +1,7 @@
 //! Exact resume through `fit` over kiln-data epochs: the trainer saves the position the
 //! loader's epoch reports, so a run interrupted mid-epoch, or right after an epoch's last batch,
-//! continues bit for bit, with every end-of-epoch callback run exactly once.
+//! continues bit for bit, with every end-of-epoch callback run exactly once; and a checkpoint
+//! resumed onto other data is refused.
 
 use std::cell::RefCell;
 
@@ -55,45 +56,73 @@ fn trainer(
         .unwrap()
 }
 
+/// The data of a run: the source, the seed and the batch size.
+#[derive(Clone, Copy)]
+struct Data {
+    extra_file: bool,
+    seed: u64,
+    batch: u64,
+}
+
+const DATA: Data = Data {
+    extra_file: false,
+    seed: 9,
+    batch: BATCH,
+};
+
 /// Trains with `fit_with` over the loader's epochs; returns the step losses and the epochs
 /// whose end callback ran.
 fn run(
     trainer: &mut Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, f64>,
 ) -> (Vec<u64>, Vec<u64>) {
+    try_run(trainer, DATA).unwrap()
+}
+
+fn try_run(
+    trainer: &mut Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, f64>,
+    data: Data,
+) -> Result<(Vec<u64>, Vec<u64>), kiln::train::Error> {
+    let source = if data.extra_file {
+        MemorySource::with_ids(&[&[6, 6], &[10, 4], &[8, 6], &[4]])
+    } else {
+        source()
+    };
     let loader = LoaderConfig::new()
         .with_workers(2)
-        .init(source(), collate_fn(collate))
+        .init(source, collate_fn(collate))
         .unwrap();
     let sampler = BlockShuffleConfig::default()
-        .with_batch_size(BATCH)
+        .with_batch_size(data.batch)
         .with_remainder(RemainderPolicy::Drop)
         .init()
         .unwrap();
     let losses = RefCell::new(Vec::new());
     let ended = RefCell::new(Vec::new());
-    trainer
-        .fit_with(
-            |position| {
-                loader.resume_epoch(&sampler, &PlanRequest::new(9, position.epoch), position)
-            },
-            |trainer, epoch| {
-                ended.borrow_mut().push(epoch.epoch);
-                losses
-                    .borrow_mut()
-                    .push(trainer.last_loss()?.unwrap().to_bits());
-                Ok(())
-            },
-        )
-        .unwrap();
-    let plan = sampler
-        .plan(loader.source().as_ref(), &PlanRequest::new(9, 0))
-        .unwrap();
-    assert_eq!(
-        plan.len() as u64,
-        10 * BATCH,
-        "the fixture has 10 batches per epoch"
-    );
-    (losses.into_inner(), ended.into_inner())
+    trainer.fit_with(
+        |position| {
+            let request = PlanRequest::new(data.seed, position.epoch);
+            loader.resume_epoch(&sampler, &request, position)
+        },
+        |trainer, epoch| {
+            ended.borrow_mut().push(epoch.epoch);
+            losses
+                .borrow_mut()
+                .push(trainer.last_loss()?.unwrap().to_bits());
+            Ok(())
+        },
+    )?;
+    if !data.extra_file {
+        let plan = sampler
+            .plan(loader.source().as_ref(), &PlanRequest::new(data.seed, 0))
+            .unwrap();
+        let batches = plan.len() as u64 / data.batch;
+        assert_eq!(
+            batches,
+            10 * BATCH / data.batch,
+            "the fixture has 40 samples"
+        );
+    }
+    Ok((losses.into_inner(), ended.into_inner()))
 }
 
 fn params(trainer: &Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, f64>) -> Vec<u32> {
@@ -151,4 +180,42 @@ fn fit_resumes_after_an_epochs_last_batch_and_still_ends_that_epoch() {
     // Step 10 is the last of epoch 1: the loader already points at epoch 2's start, but epoch
     // 1's end (its callback) has not run yet when `max_steps` stops the run.
     resume_after(10, Position::start_of(2));
+}
+
+/// A checkpoint resumed onto other data (a file added, another seed, another batch size) is
+/// refused by name, unless the run says it means it.
+#[test]
+fn fit_refuses_to_resume_onto_other_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.kiln");
+    let mut first = trainer(TrainerConfig::new().with_max_steps(Some(7)), 1);
+    run(&mut first);
+    first.save_checkpoint(&path).unwrap();
+
+    let changes = [
+        Data {
+            extra_file: true,
+            ..DATA
+        },
+        Data { seed: 10, ..DATA },
+        Data { batch: 2, ..DATA },
+    ];
+    for data in changes {
+        let mut resumed = trainer(TrainerConfig::new(), 1);
+        resumed.load_checkpoint(&path).unwrap();
+        let error = try_run(&mut resumed, data).unwrap_err();
+        assert!(
+            matches!(error, kiln::train::Error::DataChanged { epoch: 1, .. }),
+            "{error}"
+        );
+        assert_eq!(resumed.counters().optimizer_steps, 7, "nothing trained");
+    }
+    // The same data resumes; other data resumes when asked to.
+    let mut same = trainer(TrainerConfig::new(), 1);
+    same.load_checkpoint(&path).unwrap();
+    try_run(&mut same, DATA).unwrap();
+    let mut forced = trainer(TrainerConfig::new().with_resume_on_changed_data(true), 1);
+    forced.load_checkpoint(&path).unwrap();
+    try_run(&mut forced, Data { seed: 10, ..DATA }).unwrap();
+    assert!(forced.counters().optimizer_steps > 7);
 }

@@ -253,6 +253,12 @@ where
     fn describe_block(&self, block: BlockIndex) -> String {
         self.inner.describe_block(block)
     }
+
+    /// The inner source's estimate: a transform that grows or shrinks samples makes it off by
+    /// the same factor.
+    fn block_bytes(&self, block: BlockIndex) -> Option<u64> {
+        self.inner.block_bytes(block)
+    }
 }
 
 impl<S, T, C> BlockSource for Cached<S, T, C>

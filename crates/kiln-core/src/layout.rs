@@ -95,6 +95,13 @@ pub trait BlockLayout {
             None => format!("block {block} (not in the layout)"),
         }
     }
+
+    /// About how many bytes a block's samples take in memory once read, when the layout knows
+    /// (a Parquet row group's uncompressed size): what lets a loader bound its memory in bytes
+    /// rather than samples. `None` by default.
+    fn block_bytes(&self, _block: BlockIndex) -> Option<u64> {
+        None
+    }
 }
 
 /// Binary search for the block holding `sample` in a tiling block list.
@@ -157,6 +164,9 @@ impl<T: BlockLayout + ?Sized> BlockLayout for &T {
     fn describe_block(&self, block: BlockIndex) -> String {
         (**self).describe_block(block)
     }
+    fn block_bytes(&self, block: BlockIndex) -> Option<u64> {
+        (**self).block_bytes(block)
+    }
 }
 
 impl<T: BlockLayout + ?Sized> BlockLayout for Box<T> {
@@ -175,6 +185,9 @@ impl<T: BlockLayout + ?Sized> BlockLayout for Box<T> {
     fn describe_block(&self, block: BlockIndex) -> String {
         (**self).describe_block(block)
     }
+    fn block_bytes(&self, block: BlockIndex) -> Option<u64> {
+        (**self).block_bytes(block)
+    }
 }
 
 impl<T: BlockLayout + ?Sized> BlockLayout for std::sync::Arc<T> {
@@ -192,6 +205,9 @@ impl<T: BlockLayout + ?Sized> BlockLayout for std::sync::Arc<T> {
     }
     fn describe_block(&self, block: BlockIndex) -> String {
         (**self).describe_block(block)
+    }
+    fn block_bytes(&self, block: BlockIndex) -> Option<u64> {
+        (**self).block_bytes(block)
     }
 }
 

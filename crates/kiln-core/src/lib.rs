@@ -49,6 +49,7 @@
 //! ```
 
 mod block_finder;
+mod data_key;
 mod error;
 mod event;
 mod fingerprint;
@@ -65,6 +66,7 @@ mod source;
 mod transform;
 
 pub use block_finder::{BlockCursor, BlockFinder};
+pub use data_key::{ResumePoint, data_key};
 pub use error::{Error, Result};
 pub use event::{Event, Phase, SkipReason, StepOutcome, StepReport};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, ParseFingerprintError};

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::{Error, Position, Result};
+use crate::{Error, Fingerprint, Position, Result, ResumePoint};
 
 /// An epoch's batches that say where the data stands after each one.
 ///
@@ -19,6 +19,20 @@ pub trait PositionedBatches: Iterator {
     /// Samples in the batch [`next`](Iterator::next) returned last, on this rank (for
     /// throughput figures); 0 before the first.
     fn last_batch_samples(&self) -> u64;
+
+    /// The identity of the stream the positions count in ([`data_key`](crate::data_key)), saved
+    /// with them so a resume onto other data is refused. The default, `None`, skips that check.
+    fn data_key(&self) -> Option<Fingerprint> {
+        None
+    }
+
+    /// The position and the data key together: what to save to resume.
+    fn resume_point(&self) -> ResumePoint {
+        ResumePoint {
+            position: self.position(),
+            data_key: self.data_key(),
+        }
+    }
 }
 
 impl<I: PositionedBatches + ?Sized> PositionedBatches for Box<I> {
@@ -28,6 +42,10 @@ impl<I: PositionedBatches + ?Sized> PositionedBatches for Box<I> {
 
     fn last_batch_samples(&self) -> u64 {
         (**self).last_batch_samples()
+    }
+
+    fn data_key(&self) -> Option<Fingerprint> {
+        (**self).data_key()
     }
 }
 
@@ -59,6 +77,7 @@ pub struct PlainBatches<I, F> {
     position: Position,
     last_batch_samples: u64,
     exhausted: bool,
+    data_key: Option<Fingerprint>,
 }
 
 impl<I, F> PlainBatches<I, F>
@@ -107,7 +126,15 @@ where
             position: from,
             last_batch_samples: 0,
             exhausted: false,
+            data_key: None,
         })
+    }
+
+    /// Reports `key` as the stream's [`data_key`](crate::data_key) (for example, a fingerprint
+    /// of the files and the seed the batches come from), so a resume onto other data is refused.
+    pub fn with_data_key(mut self, key: Fingerprint) -> Self {
+        self.data_key = Some(key);
+        self
     }
 }
 
@@ -148,6 +175,10 @@ where
 
     fn last_batch_samples(&self) -> u64 {
         self.last_batch_samples
+    }
+
+    fn data_key(&self) -> Option<Fingerprint> {
+        self.data_key
     }
 }
 

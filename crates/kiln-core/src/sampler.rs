@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::{BlockLayout, Error, Plan, PlanRequest, Position, Result};
+use crate::{BlockLayout, Error, Fingerprint, Plan, PlanRequest, Position, Result};
 
 /// Builds epoch plans.
 ///
@@ -51,6 +51,15 @@ pub trait Sampler: Send + Sync {
         }
         self.plan(layout, request)?.skip_to(position)
     }
+
+    /// A fingerprint of the settings that shape this sampler's plans (batch size, remainder
+    /// policy, shuffle parameters), saved with a resume position so that resuming under other
+    /// settings is refused instead of silently repeating or skipping samples (see
+    /// [`data_key`](crate::data_key)). The default, `None`, leaves the settings out of that
+    /// check.
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        None
+    }
 }
 
 impl<T: Sampler + ?Sized> Sampler for &T {
@@ -64,6 +73,9 @@ impl<T: Sampler + ?Sized> Sampler for &T {
         position: Position,
     ) -> Result<Plan> {
         (**self).resume(layout, request, position)
+    }
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        (**self).settings_fingerprint()
     }
 }
 
@@ -79,6 +91,9 @@ impl<T: Sampler + ?Sized> Sampler for Box<T> {
     ) -> Result<Plan> {
         (**self).resume(layout, request, position)
     }
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        (**self).settings_fingerprint()
+    }
 }
 
 impl<T: Sampler + ?Sized> Sampler for Arc<T> {
@@ -92,5 +107,8 @@ impl<T: Sampler + ?Sized> Sampler for Arc<T> {
         position: Position,
     ) -> Result<Plan> {
         (**self).resume(layout, request, position)
+    }
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        (**self).settings_fingerprint()
     }
 }

@@ -75,6 +75,26 @@ pub enum Error {
         /// The first difference found.
         difference: String,
     },
+    /// Hive partition directories that cannot become columns: a key twice in one path, a key
+    /// that is also a column of the file, or one file reached under two partition paths.
+    #[error("cannot read the partition directories of {path}: {reason}")]
+    Partition {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A name given to more than one top-level column of a file: columns are matched by name,
+    /// so which one is meant cannot be told.
+    #[error("column {column:?} appears {count} times in {path}; columns are matched by name")]
+    DuplicateColumn {
+        /// The file.
+        path: PathBuf,
+        /// The repeated name.
+        column: String,
+        /// How many columns have it.
+        count: usize,
+    },
     /// A projected column is not in a file.
     #[error("column {column:?} is not in {path} (its columns: {})", available.join(", "))]
     MissingColumn {
@@ -152,6 +172,17 @@ pub enum Error {
         task: String,
         /// The panic message.
         message: String,
+    },
+    /// A resume point was saved on another stream: other files (added, removed or rewritten),
+    /// another seed or other sampler settings. Its position would repeat or skip samples here.
+    #[error(
+        "cannot resume: the saved position counts in another data stream (data key {saved}, now {current}): the files, the seed or the sampler settings changed since it was saved; resume with `Loader::resume_epoch` to continue anyway"
+    )]
+    DataChanged {
+        /// The data key saved with the position.
+        saved: kiln_core::Fingerprint,
+        /// The data key of the source, seed and sampler now.
+        current: kiln_core::Fingerprint,
     },
     /// A plan names samples or blocks that the loader's source does not have.
     #[error("the plan does not fit the source: {reason}")]

@@ -87,6 +87,6 @@ pub use load::{
     BurnCollate, Collate, CollateFn, Epoch, Loader, LoaderConfig, NoCollate, Residency, collate_fn,
 };
 pub use parquet_source::{
-    ArrowRows, DecodeError, FnDecoder, ParquetSource, ParquetSourceBuilder, RowDecoder, column,
-    decoder_fn, primitive, reject_nulls, required_values,
+    ArrowRow, ArrowRows, DecodeError, FnDecoder, ParquetSource, ParquetSourceBuilder, RowDecoder,
+    column, decoder_fn, primitive, reject_nulls, required_values,
 };

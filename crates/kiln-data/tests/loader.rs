@@ -228,6 +228,61 @@ fn resuming_from_a_position_delivers_exactly_the_rest() {
     assert_eq!(batch_indices, (0..full.len() as u64).collect::<Vec<_>>());
 }
 
+/// A resume point carries the stream's identity: the loader resumes it on the same data and
+/// refuses it on other files, another seed or other sampler settings (`resume_epoch` with the
+/// bare position is the explicit opt-out).
+#[test]
+fn a_resume_point_refuses_other_data() {
+    let files: &[&[u64]] = &[&[7, 3], &[9], &[4, 4]];
+    let sampler = BlockShuffleConfig::default()
+        .with_batch_size(3)
+        .with_remainder(RemainderPolicy::Drop)
+        .init()
+        .unwrap();
+    let request = PlanRequest::new(11, 0);
+    let loader = ids_loader(MemorySource::with_ids(files), LoaderConfig::new());
+    let mut first = loader.plan_epoch(&sampler, &request).unwrap();
+    first.by_ref().take(2).for_each(drop);
+    let point = first.resume_point();
+    assert_eq!(point.data_key, first.data_key());
+    assert!(point.data_key.is_some());
+    let json = serde_json::to_string(&point).unwrap();
+    let point: kiln_core::ResumePoint = serde_json::from_str(&json).unwrap();
+    drop(first);
+
+    let rest: Vec<Vec<u64>> = loader
+        .resume(&sampler, &request, &point)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rest.len(), 9 - 2, "27 samples make 9 batches of 3, 2 taken");
+
+    let grown = ids_loader(
+        MemorySource::with_ids(&[&[7, 3], &[9], &[4, 4], &[3]]),
+        LoaderConfig::new(),
+    );
+    let other_seed = PlanRequest::new(12, 0);
+    let other_batch = BlockShuffleConfig::default()
+        .with_batch_size(1)
+        .init()
+        .unwrap();
+    let refusals = [
+        grown.resume(&sampler, &request, &point).err(),
+        loader.resume(&sampler, &other_seed, &point).err(),
+        loader.resume(&other_batch, &request, &point).err(),
+    ];
+    for error in refusals {
+        let error = error.expect("resuming onto other data must fail");
+        assert!(matches!(error, Error::DataChanged { .. }), "{error}");
+        assert!(error.to_string().contains("resume_epoch"), "{error}");
+    }
+    assert!(
+        grown
+            .resume_epoch(&sampler, &request, point.position)
+            .is_ok()
+    );
+}
+
 #[test]
 fn a_failed_read_ends_the_epoch_with_an_error_after_every_earlier_batch() {
     let source = MemorySource::with_ids(&[&[4, 4], &[4, 4]]);

@@ -303,3 +303,25 @@ fn block_indices_past_the_end_are_rejected() {
         "{error}"
     );
 }
+
+/// A row group's size comes from the footer, for the projected columns only: what lets the
+/// loader bound its memory in bytes.
+#[test]
+fn block_bytes_are_the_projected_columns_uncompressed_size() {
+    let dir = tempfile::tempdir().unwrap();
+    write_dataset(dir.path(), &[300, 200], 100);
+    let all = ParquetSource::builder().dir(dir.path()).build().unwrap();
+    let only_x = ParquetSource::builder()
+        .dir(dir.path())
+        .columns(["x"])
+        .build()
+        .unwrap();
+    for block in 0..all.num_blocks() as u32 {
+        let (whole, x) = (
+            all.block_bytes(block).unwrap(),
+            only_x.block_bytes(block).unwrap(),
+        );
+        assert!(x > 0 && x < whole, "block {block}: {x} of {whole}");
+    }
+    assert_eq!(all.block_bytes(99), None);
+}

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kiln_core::{BlockLayout, Result, SampleId};
+use kiln_core::{BlockLayout, Fingerprint, Result, SampleId};
 
 /// An epoch's global order: every sample of a layout exactly once, as a pure function of the
 /// layout's blocks, the seed and the epoch.
@@ -46,6 +46,14 @@ pub trait GlobalOrder: Send + Sync {
         seed: u64,
         epoch: u64,
     ) -> Result<Vec<SampleId>>;
+
+    /// A fingerprint of what selects this order besides the layout, the seed and the epoch:
+    /// its kind and parameters. [`Sharded`](crate::Sharded) folds it into its
+    /// [`Sampler::settings_fingerprint`](kiln_core::Sampler::settings_fingerprint), so a resume
+    /// under another order is refused. The default, `None`, leaves the order out of that check.
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        None
+    }
 }
 
 /// Forwards [`GlobalOrder`] through a pointer to an order: `&T`, `Box<T>`, `Arc<T>`.
@@ -59,6 +67,10 @@ macro_rules! forward_global_order {
                 epoch: u64,
             ) -> Result<Vec<SampleId>> {
                 (**self).global_order(layout, seed, epoch)
+            }
+
+            fn settings_fingerprint(&self) -> Option<Fingerprint> {
+                (**self).settings_fingerprint()
             }
         }
     )*};

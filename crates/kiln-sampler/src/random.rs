@@ -1,6 +1,6 @@
 //! A uniform random permutation of all samples: the shuffle-quality reference.
 
-use kiln_core::{BlockLayout, Result, SampleId};
+use kiln_core::{BlockLayout, Fingerprint, Result, SampleId};
 
 use crate::order::GlobalOrder;
 use crate::rng::{PlanRng, Purpose};
@@ -53,5 +53,9 @@ impl GlobalOrder for RandomOrder {
         let mut order: Vec<SampleId> = (0..layout.num_samples()).collect();
         PlanRng::new(seed, epoch, Purpose::Permutation).shuffle(&mut order);
         Ok(order)
+    }
+
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        Some(Fingerprint::of_bytes(b"kiln-sampler random order v1"))
     }
 }

@@ -1,6 +1,6 @@
 //! The layout order, sharded: the fastest to read and the worst mixed.
 
-use kiln_core::{BlockLayout, Result, SampleId};
+use kiln_core::{BlockLayout, Fingerprint, Result, SampleId};
 
 use crate::order::GlobalOrder;
 use crate::sharded::Sharded;
@@ -40,5 +40,9 @@ pub struct SequentialOrder;
 impl GlobalOrder for SequentialOrder {
     fn global_order(&self, layout: &dyn BlockLayout, _: u64, _: u64) -> Result<Vec<SampleId>> {
         Ok((0..layout.num_samples()).collect())
+    }
+
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        Some(Fingerprint::of_bytes(b"kiln-sampler sequential order v1"))
     }
 }

@@ -1,6 +1,6 @@
 //! `Sharded<O>`: any global order as a sampler, cut over data-parallel ranks.
 
-use kiln_core::{BlockLayout, Plan, PlanRequest, Result, Sampler};
+use kiln_core::{BlockLayout, Fingerprint, Plan, PlanRequest, Result, Sampler};
 
 use crate::order::GlobalOrder;
 use crate::sharding::Sharding;
@@ -66,6 +66,20 @@ impl<O: GlobalOrder> Sampler for Sharded<O> {
             .global_order(layout, request.seed, request.epoch)?;
         self.sharding.plan(order, layout, request)
     }
+
+    /// The order's settings (when it reports them) and the batch size and remainder policy.
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        let builder = Fingerprint::builder()
+            .str("kiln-sampler sharded")
+            .u64(1)
+            .u64(self.sharding.batch_size)
+            .str(self.sharding.remainder.name());
+        let builder = match self.order.settings_fingerprint() {
+            Some(order) => builder.u64(1).fingerprint(order),
+            None => builder.u64(0),
+        };
+        Some(builder.finish())
+    }
 }
 
 #[cfg(test)]
@@ -75,7 +89,9 @@ mod tests {
     use kiln_core::{Fingerprint, Layout, Shard};
 
     use super::*;
-    use crate::{RandomOrder, RandomSampler, RemainderPolicy};
+    use crate::{
+        BlockShuffleConfig, RandomOrder, RandomSampler, RemainderPolicy, SequentialSampler,
+    };
 
     #[test]
     fn boxed_and_shared_orders_plan_like_the_order_itself() {
@@ -96,5 +112,39 @@ mod tests {
         ] {
             assert_eq!(sampler.unwrap(), expected);
         }
+    }
+
+    #[test]
+    fn settings_fingerprints_tell_every_setting_apart() {
+        let sharding = Sharding::new(4, RemainderPolicy::Drop);
+        let block = |config: BlockShuffleConfig| config.init().unwrap().settings_fingerprint();
+        let all = [
+            SequentialSampler::new(sharding).settings_fingerprint(),
+            SequentialSampler::new(Sharding::new(8, RemainderPolicy::Drop)).settings_fingerprint(),
+            SequentialSampler::new(Sharding::new(4, RemainderPolicy::Pad)).settings_fingerprint(),
+            RandomSampler::new(sharding).settings_fingerprint(),
+            block(BlockShuffleConfig::default().with_sharding(sharding)),
+            block(
+                BlockShuffleConfig::default()
+                    .with_sharding(sharding)
+                    .with_open_blocks(3),
+            ),
+            block(
+                BlockShuffleConfig::default()
+                    .with_sharding(sharding)
+                    .with_buffer_samples(7),
+            ),
+        ];
+        for (i, a) in all.iter().enumerate() {
+            assert!(a.is_some());
+            for b in &all[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(
+            SequentialSampler::new(sharding).settings_fingerprint(),
+            all[0],
+            "a function of the settings alone"
+        );
     }
 }

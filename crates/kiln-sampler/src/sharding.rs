@@ -37,6 +37,17 @@ pub enum RemainderPolicy {
     Uneven,
 }
 
+impl RemainderPolicy {
+    /// The policy's name, stable across versions (it is part of saved resume keys).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Drop => "drop",
+            Self::Pad => "pad",
+            Self::Uneven => "uneven",
+        }
+    }
+}
+
 /// How an epoch's global order is cut into per-rank plans: the per-rank batch size and the
 /// remainder policy.
 ///

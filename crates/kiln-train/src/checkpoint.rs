@@ -8,7 +8,7 @@ use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
-use kiln_core::Position;
+use kiln_core::{Fingerprint, Position};
 
 use crate::checkpoint_file::{read_sections, write_sections};
 use crate::clipping::read_scalar;
@@ -31,6 +31,9 @@ struct TrainerState {
     #[serde(default)]
     epoch: Option<u64>,
     position: Position,
+    /// The identity of the data stream the position counts in, when the data reported one.
+    #[serde(default)]
+    data_key: Option<Fingerprint>,
     counters: Counters,
     loss_scaler: Option<LossScalerState>,
     host_rng: RngState,
@@ -65,6 +68,7 @@ where
             kiln_train_version: env!("CARGO_PKG_VERSION").to_owned(),
             epoch: Some(self.epoch),
             position: self.position,
+            data_key: self.data_key,
             counters: self.counters,
             loss_scaler: self.scaler.as_ref().map(|scaler| scaler.state()),
             host_rng: rng_state(&self.host_rng),
@@ -183,6 +187,8 @@ where
         self.counters = state.counters;
         self.epoch = state.epoch.unwrap_or(state.position.epoch);
         self.position = state.position;
+        self.data_key = state.data_key;
+        self.check_data_key = state.data_key.is_some();
         self.last_loss = state.last_loss.map(LastLoss::Read);
         self.window = Default::default();
         self.epoch_started = state.position.consumed > 0 || state.counters.epoch_batches > 0;

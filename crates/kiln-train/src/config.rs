@@ -156,6 +156,11 @@ pub struct TrainerConfig {
     /// Synchronize the device at every phase boundary even when no observer asks for accurate
     /// timing. Default false.
     pub sync_phase_timing: bool,
+    /// Continue from a checkpoint even when the data `fit` opens is another stream than the
+    /// one it was saved on (other files, seed or sampler settings: see
+    /// [`kiln_core::data_key`]), where the saved position silently repeats or skips samples.
+    /// Default false: such a resume fails with [`Error::DataChanged`](crate::Error::DataChanged).
+    pub resume_on_changed_data: bool,
 }
 
 impl Default for TrainerConfig {
@@ -181,6 +186,7 @@ impl Default for TrainerConfig {
             checkpoint: None,
             skip_warning: SkipWarningConfig::default(),
             sync_phase_timing: false,
+            resume_on_changed_data: false,
         }
     }
 }
@@ -242,6 +248,8 @@ setters! {
     with_skip_warning: skip_warning: SkipWarningConfig;
     /// Sets [`sync_phase_timing`](Self::sync_phase_timing).
     with_sync_phase_timing: sync_phase_timing: bool;
+    /// Sets [`resume_on_changed_data`](Self::resume_on_changed_data).
+    with_resume_on_changed_data: resume_on_changed_data: bool;
 }
 
 impl TrainerConfig {

@@ -131,6 +131,19 @@ pub enum Error {
         /// Where the opened batches said they stand.
         reported: kiln_core::Position,
     },
+    /// The data `fit` opened after loading a checkpoint is another stream than the one the
+    /// checkpoint was saved on, so its saved position would repeat or skip samples.
+    #[error(
+        "checkpoint resumes in epoch {epoch}, but the data changed since it was saved (data key {saved}, now {current}): other files, seed or sampler settings; set `resume_on_changed_data` to continue anyway"
+    )]
+    DataChanged {
+        /// The epoch being resumed.
+        epoch: u64,
+        /// The data key saved in the checkpoint.
+        saved: kiln_core::Fingerprint,
+        /// The data key of the batches opened now.
+        current: kiln_core::Fingerprint,
+    },
     /// The data failed to open an epoch or to deliver a batch.
     #[error("data error in epoch {epoch} at batch {batch}: {source}")]
     Data {

@@ -6,7 +6,7 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_core::{Event, Phase, Position, PositionedBatches};
+use kiln_core::{Event, Fingerprint, Phase, Position, PositionedBatches};
 
 use crate::{Error, FitSummary, Result, TrainStep, Trainer};
 
@@ -117,6 +117,7 @@ where
                 reported: opened,
             });
         }
+        self.check_resumed_data(batches.data_key())?;
         for _ in 0..skip {
             batches.next();
         }
@@ -156,6 +157,22 @@ where
             if outcome.step.is_some() {
                 self.checkpoint_if_due(false)?;
             }
+        }
+    }
+
+    /// After `load_checkpoint`, the first data opened must be the stream the checkpoint was
+    /// saved on (unless `resume_on_changed_data`).
+    fn check_resumed_data(&mut self, opened: Option<Fingerprint>) -> Result<()> {
+        if !std::mem::take(&mut self.check_data_key) || self.config.resume_on_changed_data {
+            return Ok(());
+        }
+        match (self.data_key, opened) {
+            (Some(saved), Some(current)) if saved != current => Err(Error::DataChanged {
+                epoch: self.epoch,
+                saved,
+                current,
+            }),
+            _ => Ok(()),
         }
     }
 

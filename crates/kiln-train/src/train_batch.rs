@@ -145,6 +145,7 @@ where
         self.counters.samples += samples;
         self.counters.epoch_samples += samples;
         self.position = batches.position();
+        self.data_key = batches.data_key().or(self.data_key);
     }
 
     /// Ends the epoch: flushes the last partial window, emits [`Event::EpochEnd`] and moves

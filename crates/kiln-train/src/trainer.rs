@@ -4,7 +4,7 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_core::{Observer, Position};
+use kiln_core::{Fingerprint, Observer, Position};
 use rand_chacha::ChaCha8Rng;
 
 use crate::clipping::read_scalar;
@@ -48,6 +48,10 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     /// Where the data stands, as the data reported it: within `epoch`, or the start of the
     /// next epoch once its data ran out (before [`end_epoch`](Self::end_epoch)).
     pub(crate) position: Position,
+    /// The identity of the data stream the position counts in, as the data last reported it.
+    pub(crate) data_key: Option<Fingerprint>,
+    /// Set by `load_checkpoint`: the next epoch `fit` opens must be the saved stream.
+    pub(crate) check_data_key: bool,
     pub(crate) epoch_started: bool,
     pub(crate) last_loss: Option<LastLoss<B>>,
     /// Optimizer steps queued since the host last waited for the device.
@@ -109,6 +113,8 @@ where
             counters: Counters::default(),
             epoch: 0,
             position: Position::start_of(0),
+            data_key: None,
+            check_data_key: false,
             epoch_started: false,
             last_loss: None,
             queued_steps: 0,

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use kiln_core::{Event, Observer, Plan, Position, PositionedBatches};
+use kiln_core::{Event, Fingerprint, Observer, Plan, Position, PositionedBatches, ResumePoint};
 
 use super::parts::{Delivery, EpochParts, Launch, Start};
 use super::schedule::EpochSchedule;
@@ -26,6 +26,8 @@ pub struct Epoch<'loader, O> {
     schedule: EpochSchedule,
     delivered_batches: u64,
     last_batch_samples: u64,
+    /// The stream's identity, when the epoch was planned by the loader from a sampler.
+    data_key: Option<Fingerprint>,
     finished: bool,
     pending: BTreeMap<u64, Result<O>>,
     output: Receiver<Delivery<O>>,
@@ -58,6 +60,7 @@ impl<'loader, O> Epoch<'loader, O> {
             schedule: parts.schedule,
             delivered_batches: 0,
             last_batch_samples: 0,
+            data_key: None,
             pending: BTreeMap::new(),
             output: parts.output,
             credits: Some(parts.credits),
@@ -88,7 +91,9 @@ impl<'loader, O> Epoch<'loader, O> {
     /// The next epoch announced with [`prefetch_next`](Self::prefetch_next) (started now if it
     /// had not started yet); `None` when none was announced. Drops what is left of this epoch.
     pub fn into_next(mut self) -> Option<Result<Epoch<'loader, O>>> {
-        match std::mem::replace(&mut self.next, Next::Nothing) {
+        // The next epoch continues the same stream (same data, seed and sampler).
+        let data_key = self.data_key;
+        let next = match std::mem::replace(&mut self.next, Next::Nothing) {
             Next::Nothing => None,
             Next::Planned(plan) => Some(
                 Arc::clone(&self.launcher)
@@ -97,7 +102,36 @@ impl<'loader, O> Epoch<'loader, O> {
             ),
             Next::Started(next) => Some(Ok(*next)),
             Next::Failed(error) => Some(Err(error)),
+        };
+        next.map(|epoch| {
+            epoch.map(|mut epoch| {
+                epoch.data_key = data_key;
+                epoch
+            })
+        })
+    }
+
+    /// The position and the data key together: what to save to resume with
+    /// [`Loader::resume`](crate::Loader::resume).
+    pub fn resume_point(&self) -> ResumePoint {
+        ResumePoint {
+            position: self.position(),
+            data_key: self.data_key,
         }
+    }
+
+    /// Reports `key` as the stream's identity (see [`data_key`](Self::data_key)).
+    pub(crate) fn with_data_key(mut self, key: Fingerprint) -> Self {
+        self.data_key = Some(key);
+        self
+    }
+
+    /// The identity of the stream this epoch belongs to ([`kiln_core::data_key`] of the source's
+    /// layout, the seed and the sampler's settings) when the loader planned it
+    /// ([`Loader::plan_epoch`](crate::Loader::plan_epoch),
+    /// [`resume_epoch`](crate::Loader::resume_epoch)); `None` for a plan handed over as is.
+    pub fn data_key(&self) -> Option<Fingerprint> {
+        self.data_key
     }
 
     fn start_next_if_ready(&mut self) {
@@ -233,6 +267,10 @@ impl<O> PositionedBatches for Epoch<'_, O> {
 
     fn last_batch_samples(&self) -> u64 {
         self.last_batch_samples
+    }
+
+    fn data_key(&self) -> Option<Fingerprint> {
+        self.data_key
     }
 }
 

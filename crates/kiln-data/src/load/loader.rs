@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use kiln_core::{BlockLayout, BlockSource, Observer, Plan, PlanRequest, Position, Sampler};
+use kiln_core::{
+    BlockLayout, BlockSource, Fingerprint, Observer, Plan, PlanRequest, Position, ResumePoint,
+    Sampler,
+};
 
 use super::collate::Collate;
 use super::config::LoaderConfig;
@@ -12,7 +15,7 @@ use super::parts::{Launch, Start};
 use super::pool::WorkerPool;
 use super::residency::Residency;
 use super::schedule::EpochSchedule;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Executes a sampler's epoch [`Plan`] over a block source and yields collated batches.
 ///
@@ -128,11 +131,17 @@ where
         request: &PlanRequest,
     ) -> Result<Epoch<'_, C::Output>> {
         let plan = sampler.plan(self.source().as_ref(), request)?;
-        self.epoch(plan)
+        Ok(self
+            .epoch(plan)?
+            .with_data_key(self.data_key(sampler, request)))
     }
 
     /// Plans an epoch and continues it from a saved position: delivers exactly the batches an
     /// uninterrupted run would still have delivered.
+    ///
+    /// The position alone does not say which data it counts in: prefer
+    /// [`resume`](Self::resume) with the [`ResumePoint`] an epoch reports, which also refuses
+    /// to continue on other data. This is the explicit opt-out of that check.
     pub fn resume_epoch(
         &self,
         sampler: &(impl Sampler + ?Sized),
@@ -140,7 +149,42 @@ where
         position: Position,
     ) -> Result<Epoch<'_, C::Output>> {
         let plan = sampler.resume(self.source().as_ref(), request, position)?;
-        self.epoch(plan)
+        Ok(self
+            .epoch(plan)?
+            .with_data_key(self.data_key(sampler, request)))
+    }
+
+    /// Continues from a saved [`ResumePoint`] (an epoch's
+    /// [`resume_point`](kiln_core::PositionedBatches::resume_point)): like
+    /// [`resume_epoch`](Self::resume_epoch), but fails with [`Error::DataChanged`] when the
+    /// point was saved on other data (files added, removed or rewritten), another seed or other
+    /// sampler settings, where the same position would silently repeat or skip samples.
+    pub fn resume(
+        &self,
+        sampler: &(impl Sampler + ?Sized),
+        request: &PlanRequest,
+        point: &ResumePoint,
+    ) -> Result<Epoch<'_, C::Output>> {
+        let current = self.data_key(sampler, request);
+        if let Some(saved) = point.data_key
+            && saved != current
+        {
+            return Err(Error::DataChanged { saved, current });
+        }
+        self.resume_epoch(sampler, request, point.position)
+    }
+
+    /// The identity of the stream `sampler` makes of this source for `request`'s seed.
+    pub fn data_key(
+        &self,
+        sampler: &(impl Sampler + ?Sized),
+        request: &PlanRequest,
+    ) -> Fingerprint {
+        kiln_core::data_key(
+            self.source().fingerprint(),
+            request.seed,
+            sampler.settings_fingerprint(),
+        )
     }
 
     /// What executing `plan` holds in memory at most, in samples (see the type's docs).

@@ -192,51 +192,9 @@ where
     }
 }
 
-/// The plain Arrow path: every row as a one-row `RecordBatch` (a zero-copy slice of the decoded
-/// row group).
-///
-/// Use [`ParquetSource::read_record_batch`](crate::ParquetSource::read_record_batch) to get a
-/// whole row group as one batch instead.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ArrowRows;
-
-impl RowDecoder for ArrowRows {
-    type Item = RecordBatch;
-    fn decode(&self, batch: &RecordBatch, items: &mut Vec<RecordBatch>) -> Result<(), DecodeError> {
-        items.extend((0..batch.num_rows()).map(|row| batch.slice(row, 1)));
-        Ok(())
-    }
-    fn fingerprint(&self) -> Fingerprint {
-        Fingerprint::builder()
-            .str("kiln-data decoder")
-            .str("arrow-rows")
-            .u64(1)
-            .finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use arrow_array::Int64Array;
-
     use super::*;
-
-    #[test]
-    fn arrow_rows_slices_every_row() {
-        let batch =
-            RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(vec![7, 8, 9])) as _)])
-                .unwrap();
-        let mut rows = Vec::new();
-        ArrowRows.decode(&batch, &mut rows).unwrap();
-        assert_eq!(rows.len(), 3);
-        assert_eq!(rows[2].num_rows(), 1);
-        let column = rows[2]
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
-        assert_eq!(column.value(0), 9);
-    }
 
     #[test]
     fn errors_show_column_and_row() {

@@ -1,13 +1,23 @@
 //! Finding the Parquet files of a dataset: explicit files, directories and glob patterns.
+//!
+//! Directories are walked as Spark, pyarrow.dataset and Arrow walk them: names starting with
+//! `_` or `.` (`_delta_log`, `_temporary`, `_SUCCESS`, `.staging`) belong to other tools and
+//! are skipped, and links are followed, with a guard against links back to a directory being
+//! walked. Globs are matched by the same walker, so the same rules hold for them.
 
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
 
+use glob::{MatchOptions, Pattern};
+
+use super::partition::Partitions;
+use super::walk::{Walk, is_skipped_name};
 use crate::{Error, Result};
 
 /// Where to look for Parquet files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Input {
-    /// One file, taken as given (whatever its extension).
+    /// One file, taken as given (whatever its name or extension).
     File(PathBuf),
     /// Every `*.parquet` file under a directory, recursively, in path order.
     Dir(PathBuf),
@@ -15,25 +25,33 @@ pub(crate) enum Input {
     Glob(String),
 }
 
-/// The files of all inputs, in input order, each canonicalized (so the same file reached by
-/// two relative paths has one identity), without duplicates.
-pub(crate) fn discover(inputs: &[Input]) -> Result<Vec<PathBuf>> {
+/// A file to read: its canonical path (so the same file reached by two paths has one identity)
+/// and the Hive partition values of the path it was found by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub(crate) path: PathBuf,
+    pub(crate) partitions: Partitions,
+}
+
+/// The files of all inputs, in input order, without duplicates. Partition values are read from
+/// the directories below a directory input or a glob's fixed prefix when `hive` is set.
+pub(crate) fn discover(inputs: &[Input], hive: bool) -> Result<Vec<Found>> {
     if inputs.is_empty() {
         return Err(Error::NoParquetFiles {
             location: "an empty list of inputs".to_owned(),
         });
     }
-    let mut files = Vec::new();
+    let mut files: Vec<Found> = Vec::new();
+    let mut seen: HashMap<PathBuf, usize> = HashMap::new();
     for input in inputs {
-        let found = match input {
-            Input::File(path) => vec![path.clone()],
-            Input::Dir(dir) => {
-                let mut found = Vec::new();
-                walk(dir, &mut found)?;
-                found.sort();
-                found
+        let (base, found) = match input {
+            Input::File(path) => (None, vec![path.clone()]),
+            Input::Dir(dir) => (Some(dir.clone()), Walk::new(is_parquet).run(dir)?),
+            Input::Glob(pattern) => {
+                let glob = GlobInput::parse(pattern)?;
+                let found = glob.walk()?;
+                (Some(glob.base), found)
             }
-            Input::Glob(pattern) => glob_files(pattern)?,
         };
         if found.is_empty() {
             return Err(Error::NoParquetFiles {
@@ -41,11 +59,33 @@ pub(crate) fn discover(inputs: &[Input]) -> Result<Vec<PathBuf>> {
             });
         }
         for path in found {
+            let partitions = match &base {
+                Some(base) if hive => Partitions::of(base, &path)?,
+                _ => Partitions::default(),
+            };
             let canonical = path
                 .canonicalize()
                 .map_err(|source| Error::io("opening", &path, source))?;
-            if !files.contains(&canonical) {
-                files.push(canonical);
+            match seen.get(&canonical) {
+                Some(&index) if files[index].partitions != partitions => {
+                    return Err(Error::Partition {
+                        path: canonical,
+                        reason: format!(
+                            "the file is reached both under {} and under {} (through links or \
+                             overlapping inputs), so its partition values are ambiguous",
+                            files[index].partitions.describe(),
+                            partitions.describe()
+                        ),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(canonical.clone(), files.len());
+                    files.push(Found {
+                        path: canonical,
+                        partitions,
+                    });
+                }
             }
         }
     }
@@ -65,70 +105,107 @@ fn is_parquet(path: &Path) -> bool {
         .is_some_and(|ext| ext.eq_ignore_ascii_case("parquet") || ext.eq_ignore_ascii_case("parq"))
 }
 
-/// Collects `*.parquet` (and `*.parq`) files under `dir`. Hidden entries are skipped and other
-/// extensions ignored, so other tools' temporary and marker files (`_SUCCESS`) are never read.
-fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|source| Error::io("listing", dir, source))?;
-    for entry in entries {
-        let entry = entry.map_err(|source| Error::io("listing", dir, source))?;
-        let path = entry.path();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let kind = entry
-            .file_type()
-            .map_err(|source| Error::io("inspecting", &path, source))?;
-        if kind.is_dir() {
-            walk(&path, found)?;
-        } else if is_parquet(&path) {
-            found.push(path);
-        }
-    }
-    Ok(())
+/// A glob pattern split into its fixed directory prefix (where the walk starts, and the base of
+/// partition directories) and the pattern of the rest.
+struct GlobInput {
+    base: PathBuf,
+    rest: Pattern,
+    /// The pattern's own components that start with `_` or `.`: names they match are read.
+    spelled_skipped: Vec<Pattern>,
+    max_depth: Option<usize>,
 }
 
-fn glob_files(pattern: &str) -> Result<Vec<PathBuf>> {
-    let invalid = |reason: String| Error::InvalidGlob {
-        pattern: pattern.to_owned(),
-        reason,
-    };
-    let mut found = Vec::new();
-    for entry in glob::glob(pattern).map_err(|error| invalid(error.to_string()))? {
-        let path = entry.map_err(|error| invalid(error.to_string()))?;
-        if path.is_file() {
-            found.push(path);
-        }
+const MATCH: MatchOptions = MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: false,
+};
+
+impl GlobInput {
+    fn parse(text: &str) -> Result<Self> {
+        let invalid = |error: glob::PatternError| Error::InvalidGlob {
+            pattern: text.to_owned(),
+            reason: error.to_string(),
+        };
+        Pattern::new(text).map_err(invalid)?;
+        let components: Vec<Component> = Path::new(text).components().collect();
+        let is_literal = |component: &Component| {
+            !component
+                .as_os_str()
+                .to_string_lossy()
+                .contains(['*', '?', '['])
+        };
+        let fixed = components
+            .iter()
+            .position(|component| !is_literal(component))
+            .unwrap_or(components.len().saturating_sub(1));
+        let base: PathBuf = components[..fixed].iter().collect();
+        let rest: Vec<String> = components[fixed..]
+            .iter()
+            .map(|component| component.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let spelled_skipped = rest
+            .iter()
+            .filter(|component| is_skipped_name(component))
+            .map(|component| Pattern::new(component).map_err(invalid))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            base,
+            rest: Pattern::new(&rest.join("/")).map_err(invalid)?,
+            spelled_skipped,
+            max_depth: (!rest.iter().any(|component| component == "**")).then_some(rest.len()),
+        })
     }
-    found.sort();
-    Ok(found)
+
+    fn walk(&self) -> Result<Vec<PathBuf>> {
+        if !self.base.as_os_str().is_empty() && !self.base.is_dir() {
+            return Ok(Vec::new());
+        }
+        Walk::new(|path: &Path| {
+            path.strip_prefix(&self.base)
+                .is_ok_and(|relative| self.rest.matches_path_with(relative, MATCH))
+        })
+        .keeping(|name: &str| {
+            self.spelled_skipped
+                .iter()
+                .any(|pattern| pattern.matches_with(name, MATCH))
+        })
+        .max_depth(self.max_depth)
+        .run(&self.base)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn touch(path: &Path) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, b"x").unwrap();
+    /// A temporary directory holding these (non-Parquet) files.
+    fn tree(names: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for name in names {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b"x").unwrap();
+        }
+        dir
     }
 
     #[test]
     fn directories_are_walked_in_path_order() {
-        let dir = tempfile::tempdir().unwrap();
-        for name in [
+        let dir = tree(&[
             "b.parquet",
             "a.parquet",
             "sub/c.parquet",
             "notes.txt",
             ".hidden.parquet",
-        ] {
-            touch(&dir.path().join(name));
-        }
-        let files = discover(&[Input::Dir(dir.path().to_owned())]).unwrap();
+        ]);
+        let files = discover(&[Input::Dir(dir.path().to_owned())], true).unwrap();
         let names: Vec<_> = files
             .iter()
-            .map(|path| {
-                path.strip_prefix(dir.path().canonicalize().unwrap())
+            .map(|found| {
+                found
+                    .path
+                    .strip_prefix(dir.path().canonicalize().unwrap())
                     .unwrap()
             })
             .map(|path| path.to_string_lossy().into_owned())
@@ -137,37 +214,73 @@ mod tests {
     }
 
     #[test]
+    fn globs_skip_other_tools_names_unless_the_pattern_spells_them() {
+        let dir = tree(&[
+            "a.parquet",
+            "_SUCCESS",
+            "_tmp/b.parquet",
+            "_staging/c.parquet",
+            ".x/d.parquet",
+            "sub/e.parquet",
+        ]);
+        let names = |pattern: &str| -> Vec<String> {
+            let pattern = format!("{}/{pattern}", dir.path().display());
+            let root = dir.path().canonicalize().unwrap();
+            discover(&[Input::Glob(pattern)], true)
+                .unwrap()
+                .iter()
+                .map(|found| {
+                    found
+                        .path
+                        .strip_prefix(&root)
+                        .unwrap()
+                        .display()
+                        .to_string()
+                })
+                .collect()
+        };
+        assert_eq!(names("*"), ["a.parquet"]);
+        assert_eq!(names("**/*.parquet"), ["a.parquet", "sub/e.parquet"]);
+        assert_eq!(names("_staging/*.parquet"), ["_staging/c.parquet"]);
+        assert_eq!(
+            names("_*/*.parquet"),
+            ["_staging/c.parquet", "_tmp/b.parquet"]
+        );
+        assert_eq!(names(".x/*"), [".x/d.parquet"]);
+    }
+
+    #[test]
     fn globs_and_files_combine_without_duplicates() {
-        let dir = tempfile::tempdir().unwrap();
-        for name in ["x1.parquet", "x2.parquet", "y.parquet"] {
-            touch(&dir.path().join(name));
-        }
+        let dir = tree(&["x1.parquet", "x2.parquet", "y.parquet"]);
         let pattern = format!("{}/x*.parquet", dir.path().display());
-        let files = discover(&[
-            Input::File(dir.path().join("y.parquet")),
-            Input::Glob(pattern),
-            Input::File(dir.path().join("x1.parquet")),
-        ])
+        let files = discover(
+            &[
+                Input::File(dir.path().join("y.parquet")),
+                Input::Glob(pattern),
+                Input::File(dir.path().join("x1.parquet")),
+            ],
+            true,
+        )
         .unwrap();
         assert_eq!(files.len(), 3);
-        assert!(files[0].ends_with("y.parquet"));
-        assert!(files[1].ends_with("x1.parquet"));
+        assert!(files[0].path.ends_with("y.parquet"));
+        assert!(files[1].path.ends_with("x1.parquet"));
     }
 
     #[test]
     fn empty_inputs_name_where_they_looked() {
         let dir = tempfile::tempdir().unwrap();
-        let error = discover(&[Input::Dir(dir.path().to_owned())]).unwrap_err();
+        let error = discover(&[Input::Dir(dir.path().to_owned())], true).unwrap_err();
         assert!(
             error
                 .to_string()
                 .starts_with("no Parquet files found in directory"),
             "{error}"
         );
-        let error = discover(&[Input::Glob("[".to_owned())]).unwrap_err();
+        let error = discover(&[Input::Glob("[".to_owned())], true).unwrap_err();
         assert!(matches!(error, Error::InvalidGlob { .. }), "{error}");
         let missing = dir.path().join("missing.parquet");
-        let error = discover(&[Input::File(missing)]).unwrap_err();
+        let error = discover(&[Input::File(missing)], true).unwrap_err();
         assert!(error.to_string().contains("missing.parquet"), "{error}");
     }
 }

@@ -73,6 +73,20 @@ impl ParquetFile {
             .collect()
     }
 
+    /// The uncompressed size of one row group's projected column chunks, as the footer states
+    /// it: about what its decoded columns take in memory.
+    pub(crate) fn row_group_bytes(&self, row_group: usize) -> Option<u64> {
+        let group = self.metadata.metadata().row_groups().get(row_group)?;
+        let bytes = self
+            .projection
+            .leaves
+            .iter()
+            .filter_map(|&leaf| group.columns().get(leaf))
+            .map(|chunk| chunk.uncompressed_size().max(0) as u64)
+            .sum();
+        Some(bytes)
+    }
+
     /// The file's identity: path, size and modification time (to the nanosecond).
     pub(crate) fn identity(&self) -> Fingerprint {
         let since_epoch = self.modified.duration_since(UNIX_EPOCH).unwrap_or_default();

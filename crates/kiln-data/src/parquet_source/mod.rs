@@ -1,13 +1,20 @@
 //! Parquet files as a block layout and block source.
 
+mod arrow_row;
 mod columns;
+mod conform;
 mod decode;
 mod discover;
 mod file;
+mod partition;
 mod projection;
 mod range_reader;
 mod source;
+mod source_schema;
+mod unify;
+mod walk;
 
+pub use arrow_row::{ArrowRow, ArrowRows};
 pub use columns::{column, primitive, reject_nulls, required_values};
-pub use decode::{ArrowRows, DecodeError, FnDecoder, RowDecoder, decoder_fn};
+pub use decode::{DecodeError, FnDecoder, RowDecoder, decoder_fn};
 pub use source::{ParquetSource, ParquetSourceBuilder};

@@ -1,9 +1,9 @@
-//! Column projection: which columns of a file are decoded, and the schema check across files.
+//! Column projection: which columns of a file are decoded.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 
@@ -68,82 +68,5 @@ impl Projection {
             leaves,
             schema: Arc::new(schema),
         })
-    }
-}
-
-/// The first difference between two projected schemas (names, order and types; nullability and
-/// metadata are ignored because writers differ on them), or `None` when they agree.
-pub(crate) fn schema_difference(schema: &Schema, reference: &Schema) -> Option<String> {
-    let names = |schema: &Schema| -> Vec<String> {
-        schema
-            .fields()
-            .iter()
-            .map(|field| field.name().clone())
-            .collect()
-    };
-    if names(schema) != names(reference) {
-        return Some(format!(
-            "its columns are [{}] but the reference has [{}]",
-            names(schema).join(", "),
-            names(reference).join(", ")
-        ));
-    }
-    schema
-        .fields()
-        .iter()
-        .zip(reference.fields())
-        .find(|(field, expected)| field.data_type() != expected.data_type())
-        .map(|(field, expected)| {
-            format!(
-                "column {:?} is {} here but {} in the reference",
-                field.name(),
-                field.data_type(),
-                expected.data_type()
-            )
-        })
-}
-
-#[cfg(test)]
-mod tests {
-    use arrow_schema::{DataType, Field};
-
-    use super::*;
-
-    fn schema(fields: &[(&str, DataType, bool)]) -> Schema {
-        Schema::new(
-            fields
-                .iter()
-                .map(|(name, kind, nullable)| Field::new(*name, kind.clone(), *nullable))
-                .collect::<Vec<_>>(),
-        )
-    }
-
-    #[test]
-    fn equal_schemas_agree_whatever_the_nullability() {
-        let a = schema(&[
-            ("x", DataType::Float32, true),
-            ("id", DataType::Int64, false),
-        ]);
-        let b = schema(&[
-            ("x", DataType::Float32, false),
-            ("id", DataType::Int64, true),
-        ]);
-        assert_eq!(schema_difference(&a, &b), None);
-    }
-
-    #[test]
-    fn differences_name_the_column() {
-        let a = schema(&[("x", DataType::Float64, true)]);
-        let b = schema(&[("x", DataType::Float32, true)]);
-        assert_eq!(
-            schema_difference(&a, &b).unwrap(),
-            "column \"x\" is Float64 here but Float32 in the reference"
-        );
-        let c = schema(&[("y", DataType::Float32, true)]);
-        assert!(
-            schema_difference(&c, &b)
-                .unwrap()
-                .contains("[y] but the reference has [x]")
-        );
     }
 }

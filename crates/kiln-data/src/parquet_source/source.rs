@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::discover::{Input, discover};
 use super::file::ParquetFile;
-use super::projection::schema_difference;
+use super::source_schema::SourceSchema;
 use crate::{ArrowRows, Error, Result, RowDecoder};
 
 /// A dataset of Parquet files read one whole row group at a time.
@@ -19,13 +19,13 @@ use crate::{ArrowRows, Error, Result, RowDecoder};
 /// is built and kept, so a block read is a sequential read of the row group's projected column
 /// chunks (one per group of chunks at most 64 KiB apart) followed by one decode, never a row at
 /// a time. Rows become items through a
-/// [`RowDecoder`] (by default [`ArrowRows`], one-row Arrow batches); whole row groups are
+/// [`RowDecoder`] (by default [`ArrowRows`], one compact `ArrowRow` per row); whole row groups are
 /// available as Arrow batches through [`read_record_batch`](Self::read_record_batch).
 ///
 /// The layout fingerprint covers each file's path, size and modification time, the row-group
-/// sizes, the projected columns and the decoder's fingerprint, so caches keyed by it never
-/// serve data from a changed file. A file that changes after the source was built is refused
-/// with [`Error::FileChanged`].
+/// sizes, the columns as decoded (names, order, types, partition values) and the decoder's
+/// fingerprint, so caches keyed by it never serve data from a changed file. A file that
+/// changes after the source was built is refused with [`Error::FileChanged`].
 ///
 /// ```
 /// use std::sync::Arc;
@@ -53,7 +53,7 @@ pub struct ParquetSource<D = ArrowRows> {
     files: Vec<ParquetFile>,
     layout: Layout,
     fingerprint: Fingerprint,
-    columns: Option<Vec<String>>,
+    schema: SourceSchema,
     decoder: D,
     bytes_read: AtomicU64,
 }
@@ -63,6 +63,7 @@ pub struct ParquetSource<D = ArrowRows> {
 pub struct ParquetSourceBuilder {
     inputs: Vec<Input>,
     columns: Option<Vec<String>>,
+    no_partitions: bool,
 }
 
 impl ParquetSourceBuilder {
@@ -80,24 +81,42 @@ impl ParquetSourceBuilder {
     }
 
     /// Adds every `*.parquet` file under a directory, recursively, in path order.
+    ///
+    /// Names starting with `_` or `.` are skipped (`_delta_log`, `_temporary`, `.staging`),
+    /// links are followed, and `key=value` directories below `path` become string columns
+    /// (see [`hive_partitioning`](Self::hive_partitioning)).
     pub fn dir(mut self, path: impl Into<PathBuf>) -> Self {
         self.inputs.push(Input::Dir(path.into()));
         self
     }
 
     /// Adds every file matching a glob pattern (`data/**/*.parquet`), in path order.
+    ///
+    /// Directories are walked as for [`dir`](Self::dir): below the pattern's fixed prefix,
+    /// names starting with `_` or `.` are skipped unless the pattern spells them
+    /// (`data/_staging/*.parquet`), and `key=value` directories become columns.
     pub fn glob(mut self, pattern: impl Into<String>) -> Self {
         self.inputs.push(Input::Glob(pattern.into()));
         self
     }
 
-    /// Decodes only these top-level columns (all columns when never called).
+    /// Decodes only these top-level columns, in this order (all columns when never called;
+    /// partition keys may be named too).
     pub fn columns<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
         self.columns = Some(names.into_iter().map(Into::into).collect());
         self
     }
 
-    /// Opens every file and reads its footer, with rows as one-row Arrow batches.
+    /// Whether Hive partition directories (`split=train/`) below a [`dir`](Self::dir) or a
+    /// glob's fixed prefix become columns (default: yes). Each key becomes a string column
+    /// after the file's columns, holding the directory's value (percent-decoded; null for
+    /// `__HIVE_DEFAULT_PARTITION__`).
+    pub fn hive_partitioning(mut self, enabled: bool) -> Self {
+        self.no_partitions = !enabled;
+        self
+    }
+
+    /// Opens every file and reads its footer, with rows as [`ArrowRow`](crate::ArrowRow)s.
     pub fn build(self) -> Result<ParquetSource<ArrowRows>> {
         self.build_with(ArrowRows)
     }
@@ -105,68 +124,58 @@ impl ParquetSourceBuilder {
     /// Opens every file and reads its footer (in parallel), with rows decoded by `decoder`.
     ///
     /// Fails with an error naming the file for a missing file, a non-Parquet or truncated file,
-    /// a missing column, or a schema that differs from the first file's.
+    /// a missing column, or a schema that differs from the first file's (columns are matched
+    /// by name, with the equivalences `docs/data.md` lists: list child names, dictionary or
+    /// plain, nullability).
     pub fn build_with<D: RowDecoder>(self, decoder: D) -> Result<ParquetSource<D>> {
-        let paths = discover(&self.inputs)?;
-        let columns = self.columns.as_deref();
-        let opened: Vec<Result<ParquetFile>> = paths
+        let found = discover(&self.inputs, !self.no_partitions)?;
+        // Partition keys are not columns of the files: only the rest is projected in them.
+        let file_columns: Option<Vec<String>> = self.columns.as_ref().map(|columns| {
+            columns
+                .iter()
+                .filter(|column| {
+                    !found
+                        .iter()
+                        .any(|found| found.partitions.value(column).is_some())
+                })
+                .cloned()
+                .collect()
+        });
+        let opened: Vec<Result<ParquetFile>> = found
             .par_iter()
-            .map(|path| ParquetFile::open(path, columns))
+            .map(|found| ParquetFile::open(&found.path, file_columns.as_deref()))
             .collect();
         let files = opened.into_iter().collect::<Result<Vec<_>>>()?;
-        check_schemas(&files)?;
+        let schema = SourceSchema::new(&files, &found, self.columns.as_deref())?;
         let mut builder = Layout::builder();
         for file in &files {
             builder.add_file(file.identity(), &file.row_group_rows());
         }
         let layout = builder.build()?;
-        let fingerprint = source_fingerprint(&layout, self.columns.as_deref(), &decoder);
+        let fingerprint = source_fingerprint(&layout, &schema, &decoder);
         Ok(ParquetSource {
             files,
             layout,
             fingerprint,
-            columns: self.columns,
+            schema,
             decoder,
             bytes_read: AtomicU64::new(0),
         })
     }
 }
 
-fn check_schemas(files: &[ParquetFile]) -> Result<()> {
-    let Some((first, rest)) = files.split_first() else {
-        return Ok(());
-    };
-    let reference = &first.projection().schema;
-    for file in rest {
-        if let Some(difference) = schema_difference(&file.projection().schema, reference) {
-            return Err(Error::SchemaMismatch {
-                path: file.path().to_owned(),
-                reference: first.path().to_owned(),
-                difference,
-            });
-        }
-    }
-    Ok(())
-}
-
+/// The layout, the columns as decoded (names, order, types; partition values) and the decoder.
 fn source_fingerprint(
     layout: &Layout,
-    columns: Option<&[String]>,
+    schema: &SourceSchema,
     decoder: &impl RowDecoder,
 ) -> Fingerprint {
-    let mut builder = Fingerprint::builder()
+    Fingerprint::builder()
         .str("kiln-data parquet source")
-        .fingerprint(layout.fingerprint());
-    match columns {
-        None => builder = builder.str("all columns"),
-        Some(columns) => {
-            builder = builder.u64(columns.len() as u64);
-            for column in columns {
-                builder = builder.str(column);
-            }
-        }
-    }
-    builder.fingerprint(decoder.fingerprint()).finish()
+        .fingerprint(layout.fingerprint())
+        .fingerprint(schema.fingerprint())
+        .fingerprint(decoder.fingerprint())
+        .finish()
 }
 
 impl ParquetSource<ArrowRows> {
@@ -179,12 +188,12 @@ impl ParquetSource<ArrowRows> {
 impl<D: RowDecoder> ParquetSource<D> {
     /// The same files and columns with another decoder (no file is reopened).
     pub fn with_decoder<E: RowDecoder>(self, decoder: E) -> ParquetSource<E> {
-        let fingerprint = source_fingerprint(&self.layout, self.columns.as_deref(), &decoder);
+        let fingerprint = source_fingerprint(&self.layout, &self.schema, &decoder);
         ParquetSource {
             files: self.files,
             layout: self.layout,
             fingerprint,
-            columns: self.columns,
+            schema: self.schema,
             decoder,
             bytes_read: self.bytes_read,
         }
@@ -201,13 +210,10 @@ impl<D: RowDecoder> ParquetSource<D> {
         self.files.get(block.file as usize).map(ParquetFile::path)
     }
 
-    /// The Arrow schema of the decoded (projected) columns.
+    /// The Arrow schema of every decoded batch: the projected columns, then any partition
+    /// columns (files are checked to agree with it when the source is built).
     pub fn schema(&self) -> SchemaRef {
-        // Files are checked to agree, and a source has at least one file.
-        self.files
-            .first()
-            .map(|file| file.projection().schema.clone())
-            .unwrap_or_else(|| std::sync::Arc::new(arrow_schema::Schema::empty()))
+        self.schema.schema().clone()
     }
 
     /// The decoder.
@@ -220,10 +226,11 @@ impl<D: RowDecoder> ParquetSource<D> {
         self.bytes_read.load(Ordering::Relaxed)
     }
 
-    /// One whole row group (block) as a single Arrow batch of the projected columns.
+    /// One whole row group (block) as a single Arrow batch of [`schema`](Self::schema).
     pub fn read_record_batch(&self, block: BlockIndex) -> Result<RecordBatch> {
         let (file, row_group) = self.locate(block)?;
-        self.read_row_group(file, row_group)
+        let batch = self.read_row_group(file, row_group)?;
+        self.conform(block, batch)
     }
 
     /// Reads and decodes one row group, counting the bytes read.
@@ -231,6 +238,18 @@ impl<D: RowDecoder> ParquetSource<D> {
         let (batch, bytes) = file.read_row_group(row_group)?;
         self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
         Ok(batch)
+    }
+
+    /// A decoded batch of `block` in the source schema: columns by name, in the source's
+    /// order, with the file's partition values (nothing to do when the file matches exactly).
+    fn conform(&self, block: BlockIndex, batch: RecordBatch) -> Result<RecordBatch> {
+        let (file, row_group) = self.locate(block)?;
+        let id = self
+            .layout
+            .blocks()
+            .get(block as usize)
+            .map_or(0, |found| found.file as usize);
+        self.schema.conform(id, batch, file.path(), row_group)
     }
 
     fn locate(&self, block: BlockIndex) -> Result<(&ParquetFile, usize)> {
@@ -273,6 +292,12 @@ impl<D> BlockLayout for ParquetSource<D> {
             None => self.layout.describe_block(block),
         }
     }
+    /// The row group's uncompressed size of the projected columns, from the footer.
+    fn block_bytes(&self, block: BlockIndex) -> Option<u64> {
+        let found = self.layout.blocks().get(block as usize)?;
+        let file = self.files.get(found.file as usize)?;
+        file.row_group_bytes(found.index_in_file as usize)
+    }
 }
 
 impl<D: RowDecoder> BlockSource for ParquetSource<D> {
@@ -282,6 +307,7 @@ impl<D: RowDecoder> BlockSource for ParquetSource<D> {
     fn read_block(&self, block: BlockIndex) -> Result<Vec<D::Item>> {
         let (file, row_group) = self.locate(block)?;
         let batch = self.read_row_group(file, row_group)?;
+        let batch = self.conform(block, batch)?;
         let mut items = Vec::with_capacity(batch.num_rows());
         self.decoder
             .decode(&batch, &mut items)

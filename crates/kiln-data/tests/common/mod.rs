@@ -10,7 +10,7 @@ use kiln_data::arrow_array::{Float32Array, Int64Array, RecordBatch};
 use kiln_data::parquet::arrow::ArrowWriter;
 use kiln_data::parquet::basic::Compression;
 use kiln_data::parquet::file::properties::WriterProperties;
-use kiln_data::{RowDecoder, decoder_fn, required_values};
+use kiln_data::{Error, ParquetSource, RowDecoder, decoder_fn, required_values};
 
 /// Writes `ids` as columns `id` (Int64) and `x` (Float32, id / 2) in row groups of
 /// `row_group_rows`, Snappy-compressed.
@@ -72,4 +72,19 @@ pub fn pair_decoder() -> impl RowDecoder<Item = (i64, f32)> + Clone {
         let xs = required_values::<Float32Type>(batch, "x")?;
         Ok(ids.iter().copied().zip(xs.iter().copied()).collect())
     })
+}
+
+/// Builds a source over `dir`, which must be refused as a schema mismatch of file `b` against
+/// the reference `a`, both named; returns the message.
+pub fn schema_refusal(dir: &Path, a: &Path, b: &Path) -> String {
+    let error = ParquetSource::builder().dir(dir).build().unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, Error::SchemaMismatch { .. }), "{message}");
+    let named = format!(
+        "schema of {} differs from {}",
+        b.canonicalize().unwrap().display(),
+        a.canonicalize().unwrap().display()
+    );
+    assert!(message.starts_with(&named), "{message}");
+    message
 }

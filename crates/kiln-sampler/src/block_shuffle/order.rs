@@ -1,6 +1,6 @@
 //! The file-aware block shuffle's global order, and the sampler that shards it.
 
-use kiln_core::{BlockLayout, Error, Result, SampleId};
+use kiln_core::{BlockLayout, Error, Fingerprint, Result, SampleId};
 
 use super::interleave::interleave;
 use crate::order::GlobalOrder;
@@ -88,6 +88,18 @@ impl GlobalOrder for BlockShuffleOrder {
             &mut PlanRng::new(seed, epoch, Purpose::Buffer),
         );
         Ok(order)
+    }
+
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        Some(
+            Fingerprint::builder()
+                .str("kiln-sampler block shuffle order")
+                .u64(1)
+                .u64(self.open_blocks as u64)
+                .u64(self.buffer_samples as u64)
+                .u64(u64::from(self.stratified))
+                .finish(),
+        )
     }
 }
 
