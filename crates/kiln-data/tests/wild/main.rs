@@ -11,4 +11,5 @@ mod common;
 
 // One `mod` line per class module, added with the module.
 mod discovery;
+mod memory;
 mod schemas;
