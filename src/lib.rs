@@ -10,6 +10,7 @@
 //! | `sampler` | [`sampler`] | `kiln-sampler`: block shuffle, sharding, resume |
 //! | `cache` | [`cache`] | `kiln-cache`: fingerprinted preprocessing caches (disk + RAM) |
 //! | `data` | [`data`] | `kiln-data`: Parquet source, loader (implies `cache`) |
+//! | `codecs` | — | the Parquet codecs `snappy`, `zstd`, `lz4`, `gzip`, `brotli` (each a feature) |
 //! | `train` | [`train`] | `kiln-train`: the training loop |
 //! | `metrics` | [`metrics`] | `kiln-metrics`: trajectory metrics |
 //! | `cuda` | — | Burn's CUDA backend with fusion and autotune |

@@ -9,7 +9,7 @@ use crate::disk::DiskCache;
 use crate::ram::RamCache;
 use crate::segment::{Segment, SegmentBuilder, SegmentBytes, SegmentKey};
 use crate::stats::CacheStats;
-use crate::{Error, Result};
+use crate::{BoxError, Error, Result};
 
 /// An inner block source with a [`Transform`] applied to every sample, cached per block.
 ///
@@ -142,11 +142,25 @@ where
     }
 
     /// Reads the inner block and transforms every sample, bypassing the cache.
+    ///
+    /// A source that returns another number of items than the block has rows is an error
+    /// (caching them would serve the wrong samples under valid checksums from then on).
     pub fn compute_block(&self, block: BlockIndex) -> Result<Vec<T::Output>> {
-        let Block { file, .. } = self.block(block)?;
+        let Block { file, rows, .. } = self.block(block)?;
         let items = self.inner.read_block(block).map_err(|error| {
             Error::from_source(self.inner.describe_block(block), block, file, error)
         })?;
+        if items.len() as u64 != rows {
+            return Err(Error::Source {
+                location: self.inner.describe_block(block),
+                block,
+                file,
+                source: BoxError::from(format!(
+                    "the source returned {} items for a block of {rows} rows",
+                    items.len()
+                )),
+            });
+        }
         items
             .into_iter()
             .enumerate()

@@ -347,3 +347,49 @@ fn the_layout_fingerprint_combines_source_transform_and_codec() {
     assert_ne!(other.fingerprint(), fingerprints[0]);
     assert_ne!(other.key(0).digest(), a.key(0).digest());
 }
+
+/// A source that loses the last item of every block.
+struct ShortBlocks(MemorySource<u64>);
+
+impl BlockLayout for ShortBlocks {
+    fn blocks(&self) -> &[kiln_core::Block] {
+        self.0.blocks()
+    }
+    fn fingerprint(&self) -> Fingerprint {
+        self.0.fingerprint()
+    }
+}
+
+impl BlockSource for ShortBlocks {
+    type Item = u64;
+    type Error = Infallible;
+
+    fn read_block(&self, block: kiln_core::BlockIndex) -> Result<Vec<u64>, Infallible> {
+        let mut items = self.0.read_block(block).unwrap();
+        items.pop();
+        Ok(items)
+    }
+}
+
+/// A block with fewer items than rows is refused, naming the block and both counts, and
+/// nothing is cached: caching it would serve the short block under valid checksums for good.
+#[test]
+fn a_source_returning_the_wrong_number_of_items_is_refused_and_not_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let identity = transform_fn("identity", 1, Ok::<u64, Infallible>);
+    let cached = Cached::new(
+        ShortBlocks(MemorySource::with_ids(&[&[3, 2]])),
+        identity,
+        DiskCache::open(dir.path()).unwrap(),
+    );
+    for _ in 0..2 {
+        let error = cached.read_block(1).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, Error::Source { block: 1, .. }), "{message}");
+        assert!(
+            message.contains("1 items for a block of 2 rows"),
+            "{message}"
+        );
+    }
+    assert_eq!(cached.stats().disk_hits, 0);
+}

@@ -212,11 +212,43 @@ impl<T: BlockLayout + ?Sized> BlockLayout for std::sync::Arc<T> {
 }
 
 /// A validated, owned block layout: the plain value every [`BlockLayout`] can be turned into.
+///
+/// Deserializing checks what [`Layout::new`] checks, so a saved layout cannot have blocks that
+/// fail to tile the sample ids, or fewer files than its blocks name.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "UncheckedLayout")]
 pub struct Layout {
     blocks: Vec<Block>,
     files: usize,
     fingerprint: Fingerprint,
+}
+
+/// A layout as written in a file, before [`Layout::new`]'s checks.
+#[derive(serde::Deserialize)]
+struct UncheckedLayout {
+    blocks: Vec<Block>,
+    files: usize,
+    fingerprint: Fingerprint,
+}
+
+impl TryFrom<UncheckedLayout> for Layout {
+    type Error = Error;
+
+    fn try_from(unchecked: UncheckedLayout) -> Result<Self> {
+        let mut layout = Layout::new(unchecked.blocks, unchecked.fingerprint)?;
+        // More files than the blocks name is fine: files without blocks still count.
+        if unchecked.files < layout.files {
+            return Err(Error::InvalidLayout {
+                block: layout.blocks.len().saturating_sub(1),
+                reason: format!(
+                    "the blocks name {} files but the layout counts {}",
+                    layout.files, unchecked.files
+                ),
+            });
+        }
+        layout.files = unchecked.files;
+        Ok(layout)
+    }
 }
 
 impl Layout {
@@ -353,6 +385,31 @@ mod tests {
         }
         assert_eq!(describe(&layout, 0), "block 0 (file 0)");
         assert_eq!(layout.describe_block(7), "block 7 (not in the layout)");
+    }
+
+    #[test]
+    fn deserialized_layouts_are_checked() {
+        let saved = layout(&[&[3, 0, 2], &[], &[4]]);
+        let json = serde_json::to_string(&saved).unwrap();
+        assert_eq!(serde_json::from_str::<Layout>(&json).unwrap(), saved);
+        let gap = json.replace(
+            r#""first_sample":3,"rows":0"#,
+            r#""first_sample":4,"rows":0"#,
+        );
+        assert_ne!(gap, json);
+        let error = serde_json::from_str::<Layout>(&gap)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("invalid layout at block 1"), "{error}");
+        let too_few_files = json.replace(r#""files":3"#, r#""files":2"#);
+        assert_ne!(too_few_files, json);
+        let error = serde_json::from_str::<Layout>(&too_few_files)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("name 3 files but the layout counts 2"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -5,10 +5,29 @@ use std::fmt;
 use crate::{Error, Result};
 
 /// One rank's share of a data-parallel world.
+///
+/// Deserializing checks what [`Shard::new`] checks, so a saved request cannot name a rank
+/// outside its world (which would silently take another rank's batches) or a world of zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "UncheckedShard")]
 pub struct Shard {
     rank: u32,
     world: u32,
+}
+
+/// A shard as written in a file, before [`Shard::new`]'s checks.
+#[derive(serde::Deserialize)]
+struct UncheckedShard {
+    rank: u32,
+    world: u32,
+}
+
+impl TryFrom<UncheckedShard> for Shard {
+    type Error = Error;
+
+    fn try_from(shard: UncheckedShard) -> Result<Self> {
+        Shard::new(shard.rank, shard.world)
+    }
 }
 
 impl Shard {
@@ -88,5 +107,23 @@ mod tests {
             Error::InvalidShard { rank: 4, world: 4 }
         );
         assert!(Shard::new(0, 0).is_err());
+    }
+
+    #[test]
+    fn deserialized_shards_and_requests_are_checked() {
+        let shard: Shard = serde_json::from_str(r#"{"rank":1,"world":2}"#).unwrap();
+        assert_eq!(shard, Shard::new(1, 2).unwrap());
+        for bad in [r#"{"rank":3,"world":2}"#, r#"{"rank":0,"world":0}"#] {
+            let error = serde_json::from_str::<Shard>(bad).unwrap_err().to_string();
+            assert!(error.contains("invalid shard"), "{bad}: {error}");
+        }
+        let request = r#"{"seed":1,"epoch":0,"shard":{"rank":2,"world":2}}"#;
+        let error = serde_json::from_str::<PlanRequest>(request)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("rank 2 of world size 2"), "{error}");
+        let saved = PlanRequest::new(5, 3).with_shard(Shard::new(1, 4).unwrap());
+        let json = serde_json::to_string(&saved).unwrap();
+        assert_eq!(serde_json::from_str::<PlanRequest>(&json).unwrap(), saved);
     }
 }

@@ -65,6 +65,23 @@ pub enum Error {
         /// What the reader reported.
         reason: String,
     },
+    /// A column chunk is compressed with a codec this build cannot decompress: refused when
+    /// the source is built, not at the chunk's first read.
+    #[error(
+        "cannot read {path}, row group {row_group}, column {column:?}: its {codec} compression is not available in this build; {remedy}"
+    )]
+    UnsupportedCodec {
+        /// The file.
+        path: PathBuf,
+        /// The first row group using the codec.
+        row_group: usize,
+        /// The column.
+        column: String,
+        /// The codec, as the Parquet format names it (`ZSTD`, `LZO`).
+        codec: &'static str,
+        /// What to do about it (the kiln-data feature to turn on).
+        remedy: &'static str,
+    },
     /// A file's schema differs from the first file's.
     #[error("schema of {path} differs from {reference}: {difference}")]
     SchemaMismatch {

@@ -11,6 +11,7 @@ use kiln_core::{Block, BlockFinder, BlockIndex, BlockLayout, BlockSource, Plan};
 use super::collate::Collate;
 use super::parts::{Delivery, Start};
 use super::pool::Jobs;
+use super::reply::{Reply, Task};
 use super::schedule::EpochSchedule;
 use crate::{BoxError, Error, Result};
 
@@ -184,29 +185,35 @@ where
         let source = Arc::clone(&self.source);
         let cancel = Arc::clone(&self.cancel);
         let Block { file, rows, .. } = self.source.blocks()[block as usize];
+        // Created before the job is queued: the epoch gets an answer whatever panics in the job
+        // (`describe_block` on the error path, an item's `Drop`), even if it never runs.
+        let reply = Reply::new(results, use_index, Task::Read { block, file });
         let job = Box::new(move || {
             if cancel.load(Ordering::Relaxed) {
-                return;
+                return reply.abandon();
             }
-            // Described only on failure: for a Parquet source that formats a path.
-            let location = || source.describe_block(block);
-            let read = catch_unwind(AssertUnwindSafe(|| source.read_block(block)));
-            let result = match read {
-                Err(payload) => Err(Error::panicked(format!("reading {}", location()), payload)),
-                Ok(Err(error)) => Err(Error::from_source(location(), block, file, error)),
-                Ok(Ok(samples)) if samples.len() as u64 != rows => Err(Error::Source {
-                    location: location(),
-                    block,
-                    file,
-                    source: BoxError::from(format!(
-                        "the source returned {} samples for a block of {rows} rows",
-                        samples.len()
-                    )),
-                }),
-                // Wrapped here, on a worker, not on the single coordinator thread.
-                Ok(Ok(samples)) => Ok(samples.into_iter().map(Some).collect()),
-            };
-            let _ = results.send((use_index, result));
+            reply.answer(|| {
+                // Described only on failure: for a Parquet source that formats a path.
+                let location = || source.describe_block(block);
+                let read = catch_unwind(AssertUnwindSafe(|| source.read_block(block)));
+                match read {
+                    Err(payload) => {
+                        Err(Error::panicked(format!("reading {}", location()), payload))
+                    }
+                    Ok(Err(error)) => Err(Error::from_source(location(), block, file, error)),
+                    Ok(Ok(samples)) if samples.len() as u64 != rows => Err(Error::Source {
+                        location: location(),
+                        block,
+                        file,
+                        source: BoxError::from(format!(
+                            "the source returned {} samples for a block of {rows} rows",
+                            samples.len()
+                        )),
+                    }),
+                    // Wrapped here, on a worker, not on the single coordinator thread.
+                    Ok(Ok(samples)) => Ok(samples.into_iter().map(Some).collect()),
+                }
+            });
         });
         self.jobs.queue(job);
     }
@@ -360,13 +367,12 @@ where
         let output = self.output.clone();
         let cancel = Arc::clone(&self.cancel);
         let label = self.schedule.first_batch + batch;
+        let reply = Reply::new(output, batch, Task::Collate { batch: label });
         let job = Box::new(move || {
             if cancel.load(Ordering::Relaxed) {
-                return;
+                return reply.abandon();
             }
-            let result = catch_unwind(AssertUnwindSafe(|| collate.collate(samples)))
-                .map_err(|payload| Error::panicked(format!("collating batch {label}"), payload));
-            let _ = output.send((batch, result));
+            reply.answer(|| Ok(collate.collate(samples)));
         });
         if urgent {
             self.jobs.urgent(job);

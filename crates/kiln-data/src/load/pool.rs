@@ -7,8 +7,9 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 
 use crate::{Error, Result};
 
-/// A unit of work: reading a block or collating a batch. Jobs catch their own panics and
-/// report them as errors; the pool only guards itself against bugs.
+/// A unit of work: reading a block or collating a batch. Jobs answer through a
+/// [`Reply`](super::reply::Reply), which reports a panic anywhere in the job as an error (and
+/// answers even for a job dropped unrun); the pool only keeps its workers alive.
 pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
 enum Message {
@@ -102,7 +103,8 @@ fn work(urgent: &Receiver<Job>, queue: &Receiver<Message>) {
 }
 
 fn run(job: Job) {
-    // A job that panics past its own guard must not take the worker with it.
+    // A job that panics past its own guard must not take the worker with it; its reply has
+    // answered for it by then.
     let _ = catch_unwind(AssertUnwindSafe(job));
 }
 

@@ -8,9 +8,12 @@ use kiln_core::Fingerprint;
 
 /// Turns the rows of one decoded row group into items, one item per row.
 ///
-/// The decoder sees a whole row group at once, so it can look each column up once and then
-/// walk the rows (see [`required_values`](crate::required_values) and friends). Items must come
-/// out in row order, exactly one per row. The [`fingerprint`](RowDecoder::fingerprint) is part
+/// The decoder sees a row group a chunk at a time (the whole row group when it has at most
+/// 8,192 rows, else consecutive chunks of at most that many, in order), so it can look each
+/// column up once per chunk and then walk the rows (see
+/// [`required_values`](crate::required_values) and friends). Items must come out in row order,
+/// exactly one per row; a row named in a [`DecodeError`] counts from the chunk's first row (the
+/// source reports it counted from the row group's). The [`fingerprint`](RowDecoder::fingerprint) is part
 /// of the source's layout fingerprint, so caches keyed by the layout notice a changed decoder.
 ///
 /// ```
@@ -34,7 +37,8 @@ pub trait RowDecoder: Send + Sync {
     /// One decoded row.
     type Item: Send;
 
-    /// Appends one item per row of `batch` to `items`, in row order.
+    /// Appends one item per row of `batch` (a row group or a chunk of one) to `items`, in row
+    /// order.
     fn decode(&self, batch: &RecordBatch, items: &mut Vec<Self::Item>) -> Result<(), DecodeError>;
 
     /// Identifies the decoder's behaviour (name, version, parameters).
@@ -135,7 +139,7 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// A [`RowDecoder`] made from a closure over a whole row group; see [`decoder_fn`].
+/// A [`RowDecoder`] made from a closure over a decoded chunk; see [`decoder_fn`].
 #[derive(Clone)]
 pub struct FnDecoder<F> {
     fingerprint: Fingerprint,
@@ -160,7 +164,7 @@ impl<F> FnDecoder<F> {
     }
 }
 
-/// A decoder from a closure that turns a whole row group into its items, fingerprinted by its
+/// A decoder from a closure that turns a decoded chunk into its items, fingerprinted by its
 /// name and version: bump the version whenever the closure's behaviour changes.
 pub fn decoder_fn<F>(name: &str, version: u64, function: F) -> FnDecoder<F> {
     let fingerprint = Fingerprint::builder()

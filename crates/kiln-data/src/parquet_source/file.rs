@@ -1,7 +1,9 @@
-//! One Parquet file: its identity, its footer (read once and kept) and row-group reads.
+//! One Parquet file: its identity, its footer (read and checked once, then kept) and row-group
+//! reads.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -9,48 +11,69 @@ use arrow_array::RecordBatch;
 use bytes::Bytes;
 use kiln_core::Fingerprint;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
-};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
+use super::footer::Footer;
+use super::integrity::{check_footer, chunk_range};
 use super::projection::Projection;
 use super::range_reader::{COALESCE_GAP_BYTES, RangeReader, coalesce};
 use crate::{Error, Result};
 
-const MAGIC: &[u8; 4] = b"PAR1";
+/// Rows decoded at a time: a row group is decoded in chunks of at most this many rows, so what
+/// the decoder allocates up front never depends on the row count a footer claims, and a huge
+/// row group never needs a second, concatenated copy. Row groups of up to this many rows (the
+/// usual case) are one chunk.
+const DECODE_CHUNK_ROWS: usize = 8192;
 
-/// An opened Parquet file: path, size and modification time when opened, footer metadata and
-/// the projection of the source's columns.
+/// An opened Parquet file: path, size, modification time and footer when opened (the footer
+/// checked against the file), and the projection of the source's columns.
 #[derive(Debug, Clone)]
 pub(crate) struct ParquetFile {
     path: PathBuf,
     bytes: u64,
     modified: SystemTime,
-    metadata: ArrowReaderMetadata,
+    footer: Footer,
     projection: Projection,
 }
 
 impl ParquetFile {
-    /// Opens a file, checks the Parquet magic at both ends and reads its footer.
+    /// Opens a file, checks the Parquet magic at both ends, reads its footer and checks it
+    /// (row counts, column chunk places, codecs: see [`check_footer`]).
+    ///
+    /// The Parquet reader can panic on a malformed footer; that is caught here (on whichever
+    /// thread opens the file) and reported as [`Error::CorruptParquet`] naming the file.
     pub(crate) fn open(path: &Path, columns: Option<&[String]>) -> Result<Self> {
-        let mut file = File::open(path).map_err(|source| Error::io("opening", path, source))?;
-        let (bytes, modified) = identity_of(&file, path)?;
-        check_magic(&mut file, path, bytes)?;
-        let metadata =
-            ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|error| {
-                Error::CorruptParquet {
+        catch_unwind(AssertUnwindSafe(|| Self::open_unguarded(path, columns))).unwrap_or_else(
+            |payload| {
+                Err(Error::CorruptParquet {
                     path: path.to_owned(),
                     row_group: None,
                     column: None,
-                    reason: format!("cannot read the footer: {error}"),
-                }
-            })?;
-        let projection = Projection::new(path, &metadata, columns)?;
+                    reason: format!(
+                        "the Parquet reader panicked reading the footer: {}",
+                        kiln_core::panic_message(payload.as_ref())
+                    ),
+                })
+            },
+        )
+    }
+
+    fn open_unguarded(path: &Path, columns: Option<&[String]>) -> Result<Self> {
+        let mut file = File::open(path).map_err(|source| Error::io("opening", path, source))?;
+        let (bytes, modified) = identity_of(&file, path)?;
+        let footer = Footer::read(&mut file, path, bytes)?;
+        let projection = Projection::new(path, &footer.metadata, columns)?;
+        check_footer(
+            path,
+            footer.metadata.metadata(),
+            &projection.leaves,
+            footer.bytes.start,
+        )?;
         Ok(Self {
             path: path.to_owned(),
             bytes,
             modified,
-            metadata,
+            footer,
             projection,
         })
     }
@@ -63,9 +86,11 @@ impl ParquetFile {
         &self.projection
     }
 
-    /// Rows of each row group, in file order.
+    /// Rows of each row group, in file order (checked when opened: not negative, and equal to
+    /// the value count of every non-repeated column chunk).
     pub(crate) fn row_group_rows(&self) -> Vec<u64> {
-        self.metadata
+        self.footer
+            .metadata
             .metadata()
             .row_groups()
             .iter()
@@ -76,7 +101,12 @@ impl ParquetFile {
     /// The uncompressed size of one row group's projected column chunks, as the footer states
     /// it: about what its decoded columns take in memory.
     pub(crate) fn row_group_bytes(&self, row_group: usize) -> Option<u64> {
-        let group = self.metadata.metadata().row_groups().get(row_group)?;
+        let group = self
+            .footer
+            .metadata
+            .metadata()
+            .row_groups()
+            .get(row_group)?;
         let bytes = self
             .projection
             .leaves
@@ -87,7 +117,9 @@ impl ParquetFile {
         Some(bytes)
     }
 
-    /// The file's identity: path, size and modification time (to the nanosecond).
+    /// The file's identity: path, size, modification time (to the nanosecond) and a hash of
+    /// its footer, so a rewrite that keeps the size and the modification time (`cp -p`) still
+    /// changes it.
     pub(crate) fn identity(&self) -> Fingerprint {
         let since_epoch = self.modified.duration_since(UNIX_EPOCH).unwrap_or_default();
         Fingerprint::builder()
@@ -96,38 +128,64 @@ impl ParquetFile {
             .u64(self.bytes)
             .u64(since_epoch.as_secs())
             .u64(u64::from(since_epoch.subsec_nanos()))
+            .fingerprint(self.footer.hash)
             .finish()
     }
 
-    /// Reads and decodes one row group's projected columns (one sequential read per group of
-    /// nearby column chunks).
+    /// Reads one row group's projected columns (one sequential read per group of nearby column
+    /// chunks) and decodes them in chunks of at most [`DECODE_CHUNK_ROWS`] rows.
     ///
-    /// Returns the batch and the number of bytes read from disk.
-    pub(crate) fn read_row_group(&self, row_group: usize) -> Result<(RecordBatch, u64)> {
+    /// Returns the chunks, in row order, and the number of bytes read from disk; the bytes read
+    /// are freed before the chunks are returned, so they never coexist with what a decoder
+    /// makes of the chunks. Fails, naming the file, the row group and the failing column, on a
+    /// page that does not decode: a failed page checksum, a corrupt page, a panic of the
+    /// Parquet reader, or fewer or more rows than the footer promises.
+    pub(crate) fn read_row_group(&self, row_group: usize) -> Result<(Vec<RecordBatch>, u64)> {
         let mut file =
             File::open(&self.path).map_err(|source| Error::io("opening", &self.path, source))?;
-        self.check_unchanged(&file)?;
+        self.check_unchanged(&mut file)?;
         let reader = self.read_range(&mut file, row_group)?;
         let bytes_read = reader.held_bytes();
-        let batch = self
-            .decode(reader.clone(), row_group, self.projection.mask.clone())
-            .map_err(|reason| Error::CorruptParquet {
-                path: self.path.clone(),
-                row_group: Some(row_group),
-                column: self.failing_column(&reader, row_group),
-                reason,
-            })?;
-        Ok((batch, bytes_read))
+        let corrupt = |reason: String| Error::CorruptParquet {
+            path: self.path.clone(),
+            row_group: Some(row_group),
+            column: self.failing_column(&reader, row_group),
+            reason,
+        };
+        let mut decoding = self
+            .chunks(reader.clone(), row_group, self.projection.mask.clone())
+            .map_err(corrupt)?;
+        // Grown chunk by chunk: never sized by the footer's row count.
+        let mut chunks = Vec::new();
+        let mut rows = 0u64;
+        while let Some(chunk) = next_chunk(&mut decoding).map_err(corrupt)? {
+            rows += chunk.num_rows() as u64;
+            chunks.push(chunk);
+        }
+        let promised = self
+            .footer
+            .metadata
+            .metadata()
+            .row_group(row_group)
+            .num_rows();
+        if i64::try_from(rows) != Ok(promised) {
+            return Err(corrupt(format!(
+                "decoded {rows} rows but the footer promises {promised}"
+            )));
+        }
+        Ok((chunks, bytes_read))
     }
 
-    /// Fails when the file's size or modification time changed since it was opened: its footer
-    /// (and any cache keyed by its identity) would no longer describe it.
-    fn check_unchanged(&self, file: &File) -> Result<()> {
+    /// Fails when the file's size, modification time or footer changed since it was opened:
+    /// its footer (and any cache keyed by its identity) would no longer describe it.
+    fn check_unchanged(&self, file: &mut File) -> Result<()> {
         let (bytes, modified) = identity_of(file, &self.path)?;
         let reason = if bytes != self.bytes {
             format!("it had {} bytes and now has {bytes}", self.bytes)
         } else if modified != self.modified {
             "its modification time changed".to_owned()
+        } else if !self.footer.is_unchanged_in(file, &self.path)? {
+            "its footer changed (same size and modification time)".to_owned()
         } else {
             return Ok(());
         };
@@ -138,38 +196,22 @@ impl ParquetFile {
     }
 
     /// Reads the projected column chunks of a row group: one sequential read per group of
-    /// chunks that lie within [`COALESCE_GAP_BYTES`] of each other.
+    /// chunks that lie within [`COALESCE_GAP_BYTES`] of each other. Their places were checked
+    /// against the file when it was opened.
     fn read_range(&self, file: &mut File, row_group: usize) -> Result<RangeReader> {
-        let group = self.metadata.metadata().row_group(row_group);
+        let group = self.footer.metadata.metadata().row_group(row_group);
         let mut chunks = Vec::with_capacity(self.projection.leaves.len());
         for &leaf in &self.projection.leaves {
             let chunk = group.column(leaf);
-            // `ColumnChunkMetaData::byte_range` asserts on negative values; a corrupt footer
-            // must be an error naming the file, row group and column instead.
-            let offset = chunk
-                .dictionary_page_offset()
-                .unwrap_or_else(|| chunk.data_page_offset());
-            let size = chunk.compressed_size();
-            let corrupt = |reason: String| Error::CorruptParquet {
-                path: self.path.clone(),
-                row_group: Some(row_group),
-                column: Some(chunk.column_path().string()),
-                reason,
-            };
-            let (Ok(start), Ok(len)) = (u64::try_from(offset), u64::try_from(size)) else {
-                return Err(corrupt(format!(
-                    "the footer gives the column chunk offset {offset} and size {size}"
-                )));
-            };
-            let end = start.saturating_add(len);
-            if end > self.bytes {
-                return Err(corrupt(format!(
-                    "the footer places the column chunk at bytes {start}..{end}, past the end \
-                     of the {}-byte file",
-                    self.bytes
-                )));
-            }
-            chunks.push(start..end);
+            let range = chunk_range(chunk, self.footer.bytes.start).map_err(|reason| {
+                Error::CorruptParquet {
+                    path: self.path.clone(),
+                    row_group: Some(row_group),
+                    column: Some(chunk.column_path().string()),
+                    reason,
+                }
+            })?;
+            chunks.push(range);
         }
         let mut held = Vec::new();
         for range in coalesce(chunks, COALESCE_GAP_BYTES) {
@@ -182,59 +224,71 @@ impl ParquetFile {
         Ok(RangeReader::new(held, self.bytes))
     }
 
-    /// Decodes a row group under a projection into one batch.
-    fn decode(
+    /// A reader decoding a row group under a projection, [`DECODE_CHUNK_ROWS`] rows at a time.
+    fn chunks(
         &self,
         reader: RangeReader,
         row_group: usize,
         mask: ProjectionMask,
-    ) -> std::result::Result<RecordBatch, String> {
+    ) -> std::result::Result<ParquetRecordBatchReader, String> {
+        // The reader sizes its buffers by the batch size: no larger than the row group (whose
+        // row count was checked when the file was opened).
         let rows = self
+            .footer
             .metadata
             .metadata()
             .row_group(row_group)
-            .num_rows()
-            .max(0) as usize;
-        let batches =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(reader, self.metadata.clone())
+            .num_rows();
+        let batch_rows = usize::try_from(rows).map_or(1, |rows| rows.clamp(1, DECODE_CHUNK_ROWS));
+        guarded(|| {
+            ParquetRecordBatchReaderBuilder::new_with_metadata(reader, self.footer.metadata.clone())
                 .with_row_groups(vec![row_group])
                 .with_projection(mask)
-                .with_batch_size(rows.max(1))
+                .with_batch_size(batch_rows)
                 .build()
-                .map_err(|error| error.to_string())?;
-        let schema = arrow_array::RecordBatchReader::schema(&batches);
-        let batches: Vec<RecordBatch> = batches
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|error| error.to_string())?;
-        let batch = match batches.len() {
-            0 => RecordBatch::new_empty(schema),
-            1 => batches
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| RecordBatch::new_empty(schema)),
-            _ => arrow_select::concat::concat_batches(&schema, &batches)
-                .map_err(|error| error.to_string())?,
-        };
-        if batch.num_rows() != rows {
-            return Err(format!(
-                "decoded {} rows but the footer promises {rows}",
-                batch.num_rows()
-            ));
-        }
-        Ok(batch)
+                .map_err(|error| error.to_string())
+        })
     }
 
     /// After a failed decode, the first projected column that fails on its own, if any: the
     /// error path only, so the cost of decoding column by column does not matter.
     fn failing_column(&self, reader: &RangeReader, row_group: usize) -> Option<String> {
-        let descriptor = self.metadata.parquet_schema();
+        let descriptor = self.footer.metadata.parquet_schema();
         self.projection.leaves.iter().find_map(|&leaf| {
             let mask = ProjectionMask::leaves(descriptor, [leaf]);
-            self.decode(reader.clone(), row_group, mask)
-                .err()
-                .map(|_| descriptor.column(leaf).path().string())
+            let fails = self
+                .chunks(reader.clone(), row_group, mask)
+                .and_then(|mut chunks| while_ok(&mut chunks))
+                .is_err();
+            fails.then(|| descriptor.column(leaf).path().string())
         })
     }
+}
+
+/// The next decoded chunk, with the reader's errors and panics as text.
+fn next_chunk(
+    chunks: &mut ParquetRecordBatchReader,
+) -> std::result::Result<Option<RecordBatch>, String> {
+    guarded(|| chunks.next().transpose().map_err(|error| error.to_string()))
+}
+
+/// Decodes every chunk, keeping none.
+fn while_ok(chunks: &mut ParquetRecordBatchReader) -> std::result::Result<(), String> {
+    while next_chunk(chunks)?.is_some() {}
+    Ok(())
+}
+
+/// Runs a call into the Parquet reader, turning its panic (malformed pages can make it
+/// index out of bounds) into an error.
+fn guarded<T>(
+    call: impl FnOnce() -> std::result::Result<T, String>,
+) -> std::result::Result<T, String> {
+    catch_unwind(AssertUnwindSafe(call)).unwrap_or_else(|payload| {
+        Err(format!(
+            "the Parquet reader panicked: {}",
+            kiln_core::panic_message(payload.as_ref())
+        ))
+    })
 }
 
 fn identity_of(file: &File, path: &Path) -> Result<(u64, SystemTime)> {
@@ -245,46 +299,4 @@ fn identity_of(file: &File, path: &Path) -> Result<(u64, SystemTime)> {
         .modified()
         .map_err(|source| Error::io("reading the modification time of", path, source))?;
     Ok((metadata.len(), modified))
-}
-
-/// Tells a non-Parquet file (wrong leading magic) from a truncated one (no trailing magic).
-fn check_magic(file: &mut File, path: &Path, bytes: u64) -> Result<()> {
-    let not_parquet = |reason: String| Error::NotParquet {
-        path: path.to_owned(),
-        reason,
-    };
-    let read_at = |file: &mut File, offset: u64| -> Result<[u8; 4]> {
-        let mut magic = [0; 4];
-        file.seek(SeekFrom::Start(offset))
-            .and_then(|_| file.read_exact(&mut magic))
-            .map_err(|source| Error::io("reading", path, source))?;
-        Ok(magic)
-    };
-    if bytes < 4 {
-        return Err(not_parquet(format!("it has only {bytes} bytes")));
-    }
-    let head = read_at(file, 0)?;
-    if &head != MAGIC {
-        return Err(not_parquet(format!(
-            "it starts with {:?} instead of \"PAR1\"",
-            String::from_utf8_lossy(&head)
-        )));
-    }
-    let tail = if bytes >= 12 {
-        Some(read_at(file, bytes - 4)?)
-    } else {
-        None
-    };
-    if tail.as_ref() != Some(MAGIC) {
-        return Err(Error::CorruptParquet {
-            path: path.to_owned(),
-            row_group: None,
-            column: None,
-            reason: format!(
-                "truncated: the {bytes}-byte file starts like Parquet but does not end with the \
-                 \"PAR1\" footer magic"
-            ),
-        });
-    }
-    Ok(())
 }

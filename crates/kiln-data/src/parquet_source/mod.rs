@@ -1,14 +1,18 @@
 //! Parquet files as a block layout and block source.
 
 mod arrow_row;
+mod codec;
 mod columns;
 mod conform;
 mod decode;
 mod discover;
 mod file;
+mod footer;
+mod integrity;
 mod partition;
 mod projection;
 mod range_reader;
+mod schema_depth;
 mod source;
 mod source_schema;
 mod unify;

@@ -16,16 +16,19 @@ use crate::{ArrowRows, Error, Result, RowDecoder};
 /// A dataset of Parquet files read one whole row group at a time.
 ///
 /// Each row group is a block of the [`BlockLayout`]; every footer is read once when the source
-/// is built and kept, so a block read is a sequential read of the row group's projected column
-/// chunks (one per group of chunks at most 64 KiB apart) followed by one decode, never a row at
-/// a time. Rows become items through a
-/// [`RowDecoder`] (by default [`ArrowRows`], one compact `ArrowRow` per row); whole row groups are
-/// available as Arrow batches through [`read_record_batch`](Self::read_record_batch).
+/// is built, checked against its file (row counts, column chunk places, codecs) and kept, so a
+/// block read is a sequential read of the row group's projected column chunks (one per group of
+/// chunks at most 64 KiB apart) followed by a decode in chunks of at most 8,192 rows, never a
+/// row at a time. Page checksums are verified where the writer stored them. Rows become items
+/// through a [`RowDecoder`] (by default [`ArrowRows`], one compact `ArrowRow` per row); whole
+/// row groups are available as Arrow batches through
+/// [`read_record_batch`](Self::read_record_batch).
 ///
-/// The layout fingerprint covers each file's path, size and modification time, the row-group
-/// sizes, the columns as decoded (names, order, types, partition values) and the decoder's
-/// fingerprint, so caches keyed by it never serve data from a changed file. A file that
-/// changes after the source was built is refused with [`Error::FileChanged`].
+/// The layout fingerprint covers each file's path, size, modification time and a hash of its
+/// footer, the row-group sizes, the columns as decoded (names, order, types, partition values)
+/// and the decoder's fingerprint, so caches keyed by it never serve data from a changed file. A
+/// file that changes after the source was built (size, modification time or footer) is refused
+/// with [`Error::FileChanged`].
 ///
 /// ```
 /// use std::sync::Arc;
@@ -126,7 +129,11 @@ impl ParquetSourceBuilder {
     /// Fails with an error naming the file for a missing file, a non-Parquet or truncated file,
     /// a missing column, or a schema that differs from the first file's (columns are matched
     /// by name, with the equivalences `docs/data.md` lists: list child names, dictionary or
-    /// plain, nullability).
+    /// plain, nullability). A footer is refused, naming the row group and column, when a row
+    /// count is negative or differs from its column chunks' value counts, when a projected
+    /// column chunk lies outside the file's data, or when its codec is not compiled in
+    /// ([`Error::UnsupportedCodec`]); a panic of the Parquet reader on a malformed footer is
+    /// caught and reported as [`Error::CorruptParquet`].
     pub fn build_with<D: RowDecoder>(self, decoder: D) -> Result<ParquetSource<D>> {
         let found = discover(&self.inputs, !self.no_partitions)?;
         // Partition keys are not columns of the files: only the rest is projected in them.
@@ -148,8 +155,20 @@ impl ParquetSourceBuilder {
         let files = opened.into_iter().collect::<Result<Vec<_>>>()?;
         let schema = SourceSchema::new(&files, &found, self.columns.as_deref())?;
         let mut builder = Layout::builder();
+        let mut samples = 0u64;
         for file in &files {
-            builder.add_file(file.identity(), &file.row_group_rows());
+            let rows = file.row_group_rows();
+            // Each count was checked against its column chunks; their sum must still fit.
+            samples = rows
+                .iter()
+                .try_fold(samples, |sum, &rows| sum.checked_add(rows))
+                .ok_or_else(|| Error::CorruptParquet {
+                    path: file.path().to_owned(),
+                    row_group: None,
+                    column: None,
+                    reason: "its row counts take the dataset past 2^64 rows".to_owned(),
+                })?;
+            builder.add_file(file.identity(), &rows);
         }
         let layout = builder.build()?;
         let fingerprint = source_fingerprint(&layout, &schema, &decoder);
@@ -227,29 +246,42 @@ impl<D: RowDecoder> ParquetSource<D> {
     }
 
     /// One whole row group (block) as a single Arrow batch of [`schema`](Self::schema).
+    ///
+    /// A row group of more than 8,192 rows is decoded in chunks that are then joined, so it
+    /// briefly takes twice its decoded size; [`read_block`](BlockSource::read_block) does not.
     pub fn read_record_batch(&self, block: BlockIndex) -> Result<RecordBatch> {
-        let (file, row_group) = self.locate(block)?;
-        let batch = self.read_row_group(file, row_group)?;
-        self.conform(block, batch)
+        let (file, row_group, mut chunks) = self.read_chunks(block)?;
+        match chunks.len() {
+            0 => Ok(RecordBatch::new_empty(self.schema())),
+            1 => Ok(chunks.swap_remove(0)),
+            _ => arrow_select::concat::concat_batches(&self.schema(), &chunks).map_err(|error| {
+                Error::CorruptParquet {
+                    path: file.path().to_owned(),
+                    row_group: Some(row_group),
+                    column: None,
+                    reason: format!("cannot join the decoded chunks: {error}"),
+                }
+            }),
+        }
     }
 
-    /// Reads and decodes one row group, counting the bytes read.
-    fn read_row_group(&self, file: &ParquetFile, row_group: usize) -> Result<RecordBatch> {
-        let (batch, bytes) = file.read_row_group(row_group)?;
-        self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
-        Ok(batch)
-    }
-
-    /// A decoded batch of `block` in the source schema: columns by name, in the source's
-    /// order, with the file's partition values (nothing to do when the file matches exactly).
-    fn conform(&self, block: BlockIndex, batch: RecordBatch) -> Result<RecordBatch> {
+    /// Reads and decodes one block's row group in bounded chunks, each in the source schema
+    /// (columns by name, in the source's order, with the file's partition values); counts the
+    /// bytes read. Returns the file and row group with the chunks.
+    fn read_chunks(&self, block: BlockIndex) -> Result<(&ParquetFile, usize, Vec<RecordBatch>)> {
         let (file, row_group) = self.locate(block)?;
         let id = self
             .layout
             .blocks()
             .get(block as usize)
             .map_or(0, |found| found.file as usize);
-        self.schema.conform(id, batch, file.path(), row_group)
+        let (chunks, bytes) = file.read_row_group(row_group)?;
+        self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        let chunks = chunks
+            .into_iter()
+            .map(|chunk| self.schema.conform(id, chunk, file.path(), row_group))
+            .collect::<Result<_>>()?;
+        Ok((file, row_group, chunks))
     }
 
     fn locate(&self, block: BlockIndex) -> Result<(&ParquetFile, usize)> {
@@ -305,31 +337,39 @@ impl<D: RowDecoder> BlockSource for ParquetSource<D> {
     type Error = Error;
 
     fn read_block(&self, block: BlockIndex) -> Result<Vec<D::Item>> {
-        let (file, row_group) = self.locate(block)?;
-        let batch = self.read_row_group(file, row_group)?;
-        let batch = self.conform(block, batch)?;
-        let mut items = Vec::with_capacity(batch.num_rows());
-        self.decoder
-            .decode(&batch, &mut items)
-            .map_err(|error| Error::Decode {
-                path: file.path().to_owned(),
-                row_group,
-                column: error.column().map(str::to_owned),
-                row: error.row(),
-                reason: error.reason().to_owned(),
+        let (file, row_group, chunks) = self.read_chunks(block)?;
+        let decode_error = |column, row, reason| Error::Decode {
+            path: file.path().to_owned(),
+            row_group,
+            column,
+            row,
+            reason,
+        };
+        // Sized by the rows decoded, not by the footer's claim.
+        let mut items = Vec::with_capacity(chunks.iter().map(RecordBatch::num_rows).sum());
+        let mut first_row = 0;
+        for chunk in &chunks {
+            let before = items.len();
+            self.decoder.decode(chunk, &mut items).map_err(|error| {
+                decode_error(
+                    error.column().map(str::to_owned),
+                    error.row().map(|row| first_row + row),
+                    error.reason().to_owned(),
+                )
             })?;
-        if items.len() != batch.num_rows() {
-            return Err(Error::Decode {
-                path: file.path().to_owned(),
-                row_group,
-                column: None,
-                row: None,
-                reason: format!(
-                    "the decoder produced {} items for {} rows (it must produce one per row)",
-                    items.len(),
-                    batch.num_rows()
-                ),
-            });
+            let produced = items.len().checked_sub(before);
+            if produced != Some(chunk.num_rows()) {
+                return Err(decode_error(
+                    None,
+                    None,
+                    format!(
+                        "the decoder produced {} items for {} rows (it must produce one per row)",
+                        items.len() as i128 - before as i128,
+                        chunk.num_rows()
+                    ),
+                ));
+            }
+            first_row += chunk.num_rows() as u64;
         }
         Ok(items)
     }

@@ -15,11 +15,14 @@ use kiln_data::{Error, ParquetSource, RowDecoder, decoder_fn, required_values};
 /// Writes `ids` as columns `id` (Int64) and `x` (Float32, id / 2) in row groups of
 /// `row_group_rows`, Snappy-compressed.
 pub fn write_ids(path: &Path, ids: std::ops::Range<i64>, row_group_rows: usize) {
+    write_batch(path, &ids_batch(ids), row_group_rows);
+}
+
+/// Columns `id` (Int64) and `x` (Float32, id / 2) for `ids`, non-null.
+pub fn ids_batch(ids: std::ops::Range<i64>) -> RecordBatch {
     let id = Int64Array::from_iter_values(ids.clone());
     let x = Float32Array::from_iter_values(ids.map(|id| id as f32 / 2.0));
-    let batch =
-        RecordBatch::try_from_iter([("id", Arc::new(id) as _), ("x", Arc::new(x) as _)]).unwrap();
-    write_batch(path, &batch, row_group_rows);
+    RecordBatch::try_from_iter([("id", Arc::new(id) as _), ("x", Arc::new(x) as _)]).unwrap()
 }
 
 /// Writes one batch in row groups of `row_group_rows`, Snappy-compressed.

@@ -10,6 +10,11 @@
 mod common;
 
 // One `mod` line per class module, added with the module.
+mod codecs;
 mod discovery;
+mod hangs;
+mod integrity;
 mod memory;
+mod panics;
+mod rewrite;
 mod schemas;
