@@ -148,9 +148,9 @@ where
                 });
             }
             let outcome = self.train_batch(batch)?;
+            // Overfitting replays epoch 0's batches: their positions are not this epoch's.
             if overfit {
-                self.counters.samples += samples;
-                self.counters.epoch_samples += samples;
+                self.count_samples(samples);
             } else {
                 self.record_position(&batches);
             }

@@ -141,11 +141,15 @@ where
     /// [`fit`](Self::fit) does this for you; a hand-written loop over
     /// [`train_batch`](Self::train_batch) calls it after each batch it trains on.
     pub fn record_position<I: PositionedBatches + ?Sized>(&mut self, batches: &I) {
-        let samples = batches.last_batch_samples();
-        self.counters.samples += samples;
-        self.counters.epoch_samples += samples;
+        self.count_samples(batches.last_batch_samples());
         self.position = batches.position();
         self.data_key = batches.data_key().or(self.data_key);
+    }
+
+    /// Adds a trained batch's samples to the run and epoch counters.
+    pub(crate) fn count_samples(&mut self, samples: u64) {
+        self.counters.samples += samples;
+        self.counters.epoch_samples += samples;
     }
 
     /// Ends the epoch: flushes the last partial window, emits [`Event::EpochEnd`] and moves

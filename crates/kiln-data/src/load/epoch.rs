@@ -114,10 +114,7 @@ impl<'loader, O> Epoch<'loader, O> {
     /// The position and the data key together: what to save to resume with
     /// [`Loader::resume`](crate::Loader::resume).
     pub fn resume_point(&self) -> ResumePoint {
-        ResumePoint {
-            position: self.position(),
-            data_key: self.data_key,
-        }
+        PositionedBatches::resume_point(self)
     }
 
     /// Reports `key` as the stream's identity (see [`data_key`](Self::data_key)).
