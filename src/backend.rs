@@ -184,6 +184,35 @@ impl Selection {
     }
 }
 
+#[cfg(feature = "profile")]
+impl Selection {
+    /// A probe of the selected device's memory pool (Burn's CubeCL pool on wgpu and CUDA) for
+    /// kiln-profile's monitor and batch-size finder; `None` on the CPU, where
+    /// `kiln::profile::monitor::HeapProbe` over a `PeakAlloc` global allocator measures instead.
+    ///
+    /// CubeCL keeps one pool per stream, and a stream per thread: call this on the thread that
+    /// will train (the one that calls [`run`](Self::run)).
+    pub fn memory_probe(&self) -> Option<std::sync::Arc<dyn kiln_profile::MemoryProbe>> {
+        match self {
+            Selection::Cpu { .. } => None,
+            #[cfg(feature = "cuda")]
+            Selection::Cuda { index } => Some(std::sync::Arc::new(
+                kiln_profile::monitor::CubePoolProbe::cuda(&burn::backend::cuda::CudaDevice::new(
+                    *index,
+                )),
+            )),
+            #[cfg(not(feature = "cuda"))]
+            Selection::Cuda { .. } => None,
+            #[cfg(feature = "wgpu")]
+            Selection::Wgpu { kind, .. } => Some(std::sync::Arc::new(
+                kiln_profile::monitor::CubePoolProbe::wgpu(&vulkan::device(*kind)),
+            )),
+            #[cfg(not(feature = "wgpu"))]
+            Selection::Wgpu { .. } => None,
+        }
+    }
+}
+
 impl fmt::Display for Selection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -13,6 +13,7 @@
 //! | `codecs` | — | the Parquet codecs `snappy`, `zstd`, `lz4`, `gzip`, `brotli` (each a feature) |
 //! | `train` | [`train`] | `kiln-train`: the training loop |
 //! | `metrics` | [`metrics`] | `kiln-metrics`: trajectory metrics |
+//! | `profile` | [`profile`] | `kiln-profile`: phase timing, device monitor, batch-size finder, verdicts, MFU |
 //! | `cuda` | — | Burn's CUDA backend with fusion and autotune |
 //! | `wgpu` | — | Burn's wgpu backend on Vulkan with fusion and autotune (GPUs, or lavapipe on the CPU) |
 //!
@@ -35,6 +36,8 @@ pub use kiln_core as core;
 pub use kiln_data as data;
 #[cfg(feature = "metrics")]
 pub use kiln_metrics as metrics;
+#[cfg(feature = "profile")]
+pub use kiln_profile as profile;
 #[cfg(feature = "sampler")]
 pub use kiln_sampler as sampler;
 #[cfg(feature = "train")]

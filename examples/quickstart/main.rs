@@ -12,11 +12,15 @@
 //!    `--checkpoint-dir`, atomic checkpoints that resume mid-run.
 //! 5. **Metrics** (kiln-metrics): minADE@6, minFDE@6 and miss rate@6 exactly as Argoverse 2
 //!    defines them, computed on the device after every epoch.
+//! 6. **Profile** (kiln-profile): where each step's time went (data wait, forward, backward,
+//!    optimizer), the device's memory and utilization, and the cached-batch test's verdict:
+//!    input-bound or compute-bound. With `--json`, an SVG timeline is written next to it.
 //!
 //! Run: `cargo run --release --example quickstart -- --help`
 
 mod dataset;
 mod model;
+mod profiling;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -88,7 +92,10 @@ struct Args {
     /// Write a checkpoint after every epoch here, and resume from the newest one found.
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
-    /// Write the figures as one JSON object to this path.
+    /// Steps measured by the closing cached-batch test (input- or compute-bound?); 0 skips it.
+    #[arg(long, default_value_t = 12)]
+    diagnose_steps: usize,
+    /// Write the figures as one JSON object to this path, and the SVG timeline next to it.
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -109,15 +116,16 @@ struct EpochFigures {
 
 struct Quickstart {
     args: Args,
+    probe: Option<Arc<dyn kiln::profile::MemoryProbe>>,
     train_dir: PathBuf,
     valid_dir: PathBuf,
     cache_dir: PathBuf,
 }
 
 impl BackendTask for Quickstart {
-    type Output = anyhow::Result<Vec<EpochFigures>>;
+    type Output = anyhow::Result<(Vec<EpochFigures>, profiling::Profile)>;
 
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> anyhow::Result<Vec<EpochFigures>> {
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
         let args = &self.args;
         let cache = Arc::new(DiskCache::open(&self.cache_dir)?);
         let cached = |dir: &Path| -> anyhow::Result<_> {
@@ -201,6 +209,10 @@ impl BackendTask for Quickstart {
 
         let progress = Arc::new(ProgressObserver::new().with_total_steps(total_steps));
         trainer.add_observer(Arc::clone(&progress));
+        let mut profiler = profiling::Profiler::start(self.probe.clone())?;
+        let (timer, meter) = profiler.observers();
+        trainer.add_observer(timer);
+        trainer.add_observer(meter);
 
         let mut metrics = MetricsConfig::argoverse2().init()?;
         let mut figures = Vec::new();
@@ -247,6 +259,31 @@ impl BackendTask for Quickstart {
             },
         )?;
         progress.finish();
+        profiler.training_done();
+        let diagnosis = if args.diagnose_steps > 0 {
+            // Batches of epochs the run did not train on: one kept on the device, the rest
+            // streamed by the loader.
+            let open =
+                |epoch| train_loader.plan_epoch(&sampler, &PlanRequest::new(args.seed, epoch));
+            let cached = open(args.epochs)?
+                .next()
+                .context("the training set holds no whole batch")??;
+            let mut next_epoch = args.epochs + 1;
+            let mut epoch = open(next_epoch)?;
+            let next_batch = || loop {
+                match epoch.next() {
+                    Some(batch) => return Ok(batch?),
+                    None => {
+                        next_epoch += 1;
+                        epoch = open(next_epoch)?;
+                    }
+                }
+            };
+            Some(profiler.diagnose(&mut trainer, cached, next_batch, 4, args.diagnose_steps)?)
+        } else {
+            None
+        };
+        let profile = profiler.finish(diagnosis);
         let stats = train_loader.source().stats();
         println!(
             "cache     (train + valid) {} disk hits, {} misses, {} corrupt segments rebuilt, {:.1} MB read",
@@ -267,7 +304,7 @@ impl BackendTask for Quickstart {
                     .unwrap_or_default()
             );
         }
-        Ok(figures)
+        Ok((figures, profile))
     }
 }
 
@@ -332,15 +369,39 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| temporary.path().to_path_buf());
     let (train_dir, valid_dir) = prepare_data(&args, &root)?;
     let started = Instant::now();
-    let figures = selection.run(Quickstart {
+    // Made on this thread, which trains: CubeCL keeps a memory pool per thread's stream.
+    let probe = selection.memory_probe();
+    let (figures, profile) = selection.run(Quickstart {
         args: args.clone(),
+        probe,
         train_dir,
         valid_dir,
         cache_dir: root.join("cache"),
     })?;
     let seconds = started.elapsed().as_secs_f64();
     println!("done in {seconds:.1} s");
-
+    if let Some(phases) = profile.phases() {
+        print!("{}", phases.table());
+    }
+    if let Some(throughput) = &profile.report.throughput {
+        println!(
+            "throughput {:.0} samples/s, {:.1} steps/s over the last {} steps",
+            throughput.samples_per_s, throughput.steps_per_s, throughput.window_steps
+        );
+    }
+    if let Some(diagnosis) = &profile.report.diagnosis {
+        println!(
+            "verdict   {}: the loader reaches {:.0}% of the cached batch's {:.1} steps/s, \
+             {:.0}% of its time waiting for data",
+            diagnosis.verdict,
+            100.0 * diagnosis.throughput_ratio,
+            diagnosis.cached.steps_per_s,
+            100.0 * diagnosis.real.data_wait_share
+        );
+        for warning in &diagnosis.warnings {
+            println!("warning   {warning}");
+        }
+    }
     if let Some(path) = &args.json {
         let last = figures.last();
         let json = serde_json::json!({
@@ -355,7 +416,18 @@ fn main() -> anyhow::Result<()> {
             "miss_rate": last.map(|f| f.miss_rate),
             "seconds": seconds,
             "epochs_run": figures,
+            "verdict": profile.report.diagnosis.as_ref().map(|d| d.verdict),
+            "timeline_svg": path.with_extension("svg"),
+            "profile": &profile.report,
         });
+        let svg = path.with_extension("svg");
+        kiln::profile::report::write_timeline_svg(
+            &svg,
+            "kiln quickstart",
+            &profile.spans,
+            &profile.samples,
+        )?;
+        println!("timeline  {}", svg.display());
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }

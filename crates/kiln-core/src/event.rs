@@ -105,10 +105,23 @@ pub enum Event {
         /// Samples this rank trained on in the epoch.
         samples: u64,
     },
-    /// A batch was handed over: by kiln-data's loader to its observers (the wait for the
-    /// workers), and by the trainer's `fit` to its observers (the wait for the data iterator).
-    /// An observer attached to both sees each batch twice.
+    /// The trainer's `fit` got a batch from its data (the wait for the data iterator). Each
+    /// trained batch is reported once, whatever the data is; the loader reports its own side
+    /// as [`Event::BatchLoaded`].
     BatchReady {
+        /// The epoch, counted from zero.
+        epoch: u64,
+        /// Index of the batch within the epoch.
+        batch: u64,
+        /// Samples in the batch.
+        samples: u64,
+        /// How long the consumer waited for it (zero when it was already prefetched).
+        wait: Duration,
+    },
+    /// kiln-data's loader handed a batch to its consumer (the wait for the workers). An
+    /// observer of both the loader and the trainer sees this and [`Event::BatchReady`] for the
+    /// same batch, and can tell them apart.
+    BatchLoaded {
         /// The epoch, counted from zero.
         epoch: u64,
         /// Index of the batch within the epoch.
@@ -131,9 +144,11 @@ pub enum Event {
         phase: Phase,
         /// The optimizer step the phase belongs to.
         step: u64,
-        /// Time since the matching start; includes a device sync only when an observer asked
-        /// for accurate timing.
+        /// Time since the matching start; includes a device sync only when an observer's
+        /// [`timing`](crate::Observer::timing) asked for one here.
         elapsed: Duration,
+        /// Of `elapsed`, the time the device sync took; `None` when the phase did not sync.
+        sync: Option<Duration>,
     },
     /// An optimizer step finished.
     Step(StepReport),

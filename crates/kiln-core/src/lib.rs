@@ -74,7 +74,7 @@ pub use layout::{
     Block, BlockIndex, BlockLayout, FileId, Layout, LayoutBuilder, SampleId, validate_layout,
 };
 pub use metric::Metric;
-pub use observer::{NoObserver, Observer};
+pub use observer::{NoObserver, Observer, Timing};
 pub use panic_message::panic_message;
 pub use plan::{BlockUse, Plan};
 pub use position::Position;

@@ -34,11 +34,27 @@ pub trait Observer: Send + Sync {
     /// Handles one event. Must be quick: it runs on the training thread.
     fn on_event(&self, event: &Event);
 
-    /// Whether phase timings should include a device sync so they measure device work rather
-    /// than kernel launches. Syncing costs throughput, so it is off unless an observer asks.
-    fn wants_accurate_timing(&self) -> bool {
-        false
+    /// How much device synchronization optimizer step `step` should have so its phase timings
+    /// measure device work rather than kernel launches. Syncing costs throughput, so the
+    /// default is [`Timing::Host`]: no sync added.
+    fn timing(&self, step: u64) -> Timing {
+        let _ = step;
+        Timing::Host
     }
+}
+
+/// How a step's phases are timed, from cheapest to most accurate. Observers ask; the trainer
+/// syncs as much as the most demanding one asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Timing {
+    /// No device sync: phases measure how long the host took to enqueue the work.
+    #[default]
+    Host,
+    /// One device sync at the end of the step (in its optimizer phase) and at the end of a
+    /// validation pass: their wall times are the device's, the split into phases the host's.
+    Step,
+    /// A device sync at the end of every phase: each phase measures its device work.
+    Phases,
 }
 
 /// The observer that ignores everything.
@@ -53,8 +69,8 @@ impl<T: Observer + ?Sized> Observer for &T {
     fn on_event(&self, event: &Event) {
         (**self).on_event(event)
     }
-    fn wants_accurate_timing(&self) -> bool {
-        (**self).wants_accurate_timing()
+    fn timing(&self, step: u64) -> Timing {
+        (**self).timing(step)
     }
 }
 
@@ -62,8 +78,8 @@ impl<T: Observer + ?Sized> Observer for Box<T> {
     fn on_event(&self, event: &Event) {
         (**self).on_event(event)
     }
-    fn wants_accurate_timing(&self) -> bool {
-        (**self).wants_accurate_timing()
+    fn timing(&self, step: u64) -> Timing {
+        (**self).timing(step)
     }
 }
 
@@ -71,20 +87,23 @@ impl<T: Observer + ?Sized> Observer for Arc<T> {
     fn on_event(&self, event: &Event) {
         (**self).on_event(event)
     }
-    fn wants_accurate_timing(&self) -> bool {
-        (**self).wants_accurate_timing()
+    fn timing(&self, step: u64) -> Timing {
+        (**self).timing(step)
     }
 }
 
-/// Fans every event out to each observer in order; accurate timing if any of them asks.
+/// Fans every event out to each observer in order; times as accurately as the most demanding.
 impl<T: Observer> Observer for Vec<T> {
     fn on_event(&self, event: &Event) {
         for observer in self {
             observer.on_event(event);
         }
     }
-    fn wants_accurate_timing(&self) -> bool {
-        self.iter().any(Observer::wants_accurate_timing)
+    fn timing(&self, step: u64) -> Timing {
+        self.iter()
+            .map(|observer| observer.timing(step))
+            .max()
+            .unwrap_or_default()
     }
 }
 
@@ -93,8 +112,8 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.on_event(event);
         self.1.on_event(event);
     }
-    fn wants_accurate_timing(&self) -> bool {
-        self.0.wants_accurate_timing() || self.1.wants_accurate_timing()
+    fn timing(&self, step: u64) -> Timing {
+        self.0.timing(step).max(self.1.timing(step))
     }
 }
 
@@ -106,7 +125,7 @@ mod tests {
     struct Log {
         name: &'static str,
         lines: Arc<Mutex<Vec<String>>>,
-        accurate: bool,
+        timing: Timing,
     }
 
     impl Observer for Log {
@@ -118,24 +137,28 @@ mod tests {
                     .push(format!("{} {epoch}", self.name));
             }
         }
-        fn wants_accurate_timing(&self) -> bool {
-            self.accurate
+        fn timing(&self, _step: u64) -> Timing {
+            self.timing
         }
     }
 
     #[test]
-    fn fan_out_keeps_order_and_ors_timing_requests() {
+    fn fan_out_keeps_order_and_times_as_the_most_demanding_asks() {
         let lines = Arc::new(Mutex::new(Vec::new()));
-        let log = |name, accurate| Log {
+        let log = |name, timing| Log {
             name,
             lines: Arc::clone(&lines),
-            accurate,
+            timing,
         };
-        let observers: Vec<Box<dyn Observer>> =
-            vec![Box::new(log("a", false)), Box::new(log("b", true))];
+        let observers: Vec<Box<dyn Observer>> = vec![
+            Box::new(log("a", Timing::Step)),
+            Box::new(log("b", Timing::Phases)),
+            Box::new(log("c", Timing::Host)),
+        ];
         observers.on_event(&Event::EpochStart { epoch: 4 });
-        assert_eq!(*lines.lock().unwrap(), ["a 4", "b 4"]);
-        assert!(observers.wants_accurate_timing());
-        assert!(!(NoObserver, log("c", false)).wants_accurate_timing());
+        assert_eq!(*lines.lock().unwrap(), ["a 4", "b 4", "c 4"]);
+        assert_eq!(observers.timing(1), Timing::Phases);
+        assert_eq!((NoObserver, log("d", Timing::Step)).timing(1), Timing::Step);
+        assert_eq!(Vec::<NoObserver>::new().timing(1), Timing::Host);
     }
 }

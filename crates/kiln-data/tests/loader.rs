@@ -221,7 +221,7 @@ fn resuming_from_a_position_delivers_exactly_the_rest() {
         .events()
         .iter()
         .filter_map(|event| match event {
-            Event::BatchReady { batch, .. } => Some(*batch),
+            Event::BatchLoaded { batch, .. } => Some(*batch),
             _ => None,
         })
         .collect();
@@ -435,7 +435,7 @@ fn observers_see_every_batch_with_its_size() {
         .events()
         .into_iter()
         .filter_map(|event| match event {
-            Event::BatchReady {
+            Event::BatchLoaded {
                 epoch,
                 batch,
                 samples,

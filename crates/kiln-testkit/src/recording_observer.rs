@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use kiln_core::{Event, Observer};
+use kiln_core::{Event, Observer, Timing};
 
 /// Keeps every event, in arrival order, for assertions.
 #[derive(Debug, Default)]
@@ -40,7 +40,11 @@ impl Observer for RecordingObserver {
     fn on_event(&self, event: &Event) {
         self.events.lock().unwrap().push(event.clone());
     }
-    fn wants_accurate_timing(&self) -> bool {
-        self.accurate_timing
+    fn timing(&self, _step: u64) -> Timing {
+        if self.accurate_timing {
+            Timing::Phases
+        } else {
+            Timing::Host
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kiln_core::{
     BlockIndex, BlockLayout, BlockSource, Event, Metric, Observer, Phase, PlanRequest, Position,
-    Sampler, Shard, SkipReason, StepOutcome, StepReport,
+    Sampler, Shard, SkipReason, StepOutcome, StepReport, Timing,
 };
 use kiln_testkit::{InOrderSampler, MeanMetric, MemorySource, RecordingObserver};
 
@@ -127,6 +127,7 @@ fn an_observer_records_a_scripted_sequence_of_events() {
             phase: Phase::Forward,
             step: 1,
             elapsed: Duration::from_micros(250),
+            sync: Some(Duration::from_micros(40)),
         },
         Event::Step(StepReport {
             step: 1,
@@ -161,8 +162,11 @@ fn an_observer_records_a_scripted_sequence_of_events() {
     }
 
     assert_eq!(recorder.events(), script);
-    assert!(!fan_out.wants_accurate_timing());
-    assert!(RecordingObserver::with_accurate_timing().wants_accurate_timing());
+    assert_eq!(fan_out.timing(1), Timing::Host);
+    assert_eq!(
+        RecordingObserver::with_accurate_timing().timing(1),
+        Timing::Phases
+    );
     assert_eq!(recorder.take().len(), script.len());
     assert!(recorder.events().is_empty());
 }

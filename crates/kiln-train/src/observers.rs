@@ -3,19 +3,21 @@
 use std::time::Instant;
 
 use burn::tensor::backend::Backend;
-use kiln_core::{Event, Observer, Phase};
+use kiln_core::{Event, Observer, Phase, Timing};
 
 use crate::{Error, Result};
 
 /// The observers a trainer reports to, and the phase clock that times steps for them.
 ///
-/// A phase's end includes a device sync (`B::sync`) only when an observer asks for accurate
-/// timing or [`sync_phase_timing`](crate::TrainerConfig::sync_phase_timing) is set; otherwise
-/// the timings measure how long the host took to enqueue the work, and no sync is added.
+/// How much a phase's end syncs the device (`B::sync`) is what the most demanding observer's
+/// [`Observer::timing`] asks for that step, or [`Timing::Phases`] when
+/// [`sync_phase_timing`](crate::TrainerConfig::sync_phase_timing) is set. With
+/// [`Timing::Host`] the timings measure how long the host took to enqueue the work, and no sync
+/// is added; with [`Timing::Step`] only the optimizer phase syncs, once per step (and a
+/// validation pass at its end).
 #[derive(Default)]
 pub(crate) struct Observers {
     list: Vec<Box<dyn Observer>>,
-    accurate: bool,
     force_sync: bool,
 }
 
@@ -30,14 +32,12 @@ impl Observers {
     pub(crate) fn new(force_sync: bool) -> Self {
         Self {
             list: Vec::new(),
-            accurate: force_sync,
             force_sync,
         }
     }
 
     pub(crate) fn push(&mut self, observer: Box<dyn Observer>) {
         self.list.push(observer);
-        self.accurate = self.force_sync || self.list.wants_accurate_timing();
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -65,22 +65,40 @@ impl Observers {
         }
     }
 
-    /// Ends a phase: syncs the device when accurate timing is wanted, then reports it.
+    /// Whether the end of `phase` in step `step` syncs the device.
+    fn syncs(&self, phase: Phase, step: u64) -> bool {
+        if self.force_sync {
+            return true;
+        }
+        match self.list.timing(step) {
+            Timing::Host => false,
+            // A validation pass is its own unit of device work, like a step.
+            Timing::Step => matches!(phase, Phase::Optimizer | Phase::Validation),
+            Timing::Phases => true,
+        }
+    }
+
+    /// Ends a phase: syncs the device when the observers' timing asks for it, then reports it.
     pub(crate) fn end<B: Backend>(&self, started: PhaseStarted, device: &B::Device) -> Result<()> {
         let Some(at) = started.at else {
             return Ok(());
         };
-        if self.accurate {
+        let sync = if self.syncs(started.phase, started.step) {
+            let sync_started = Instant::now();
             B::sync(device).map_err(|error| Error::Device {
                 during: "the phase-timing device sync",
                 message: format!("{error:?}"),
             })?;
-        }
+            Some(sync_started.elapsed())
+        } else {
+            None
+        };
         let elapsed = at.elapsed();
         self.emit(&Event::PhaseEnd {
             phase: started.phase,
             step: started.step,
             elapsed,
+            sync,
         });
         Ok(())
     }

@@ -95,6 +95,10 @@ impl Default for ProgressObserver {
 
 impl Observer for ProgressObserver {
     fn on_event(&self, event: &Event) {
+        // Steps after `finish` (a closing benchmark, say) leave the finished bar as it is.
+        if self.bar.is_finished() {
+            return;
+        }
         match event {
             Event::EpochStart { epoch } => self.bar.set_prefix(format!("epoch {epoch}")),
             Event::BatchReady { samples, .. } => {

@@ -230,7 +230,7 @@ impl<O> Iterator for Epoch<'_, O> {
         let range = self.schedule.batch_range(self.delivered_batches);
         let samples = range.end - range.start;
         self.last_batch_samples = samples;
-        let event = Event::BatchReady {
+        let event = Event::BatchLoaded {
             epoch: self.plan.epoch(),
             batch: self.schedule.first_batch + self.delivered_batches,
             samples,

@@ -30,7 +30,7 @@ use crate::{Error, Result};
 /// - **Errors**: a failed read, a failing transform, or a panic in a read or a collation ends
 ///   the epoch with an `Err` naming the block and file (or batch), after every batch before it:
 ///   never a hang, never a silently missing batch.
-/// - **Observers** receive [`Event::BatchReady`](kiln_core::Event::BatchReady) with the time the
+/// - **Observers** receive [`Event::BatchLoaded`](kiln_core::Event::BatchLoaded) with the time the
 ///   consumer waited for each batch.
 /// - **Resume**: [`resume_epoch`](Self::resume_epoch) continues from a saved [`Position`]
 ///   ([`Epoch::position`]) with exactly the batches an uninterrupted run would still deliver.
@@ -93,7 +93,7 @@ where
         })
     }
 
-    /// Adds an observer of [`Event::BatchReady`](kiln_core::Event::BatchReady) events.
+    /// Adds an observer of [`Event::BatchLoaded`](kiln_core::Event::BatchLoaded) events.
     pub fn with_observer(mut self, observer: impl Observer + 'static) -> Self {
         let mut observers: Vec<Arc<dyn Observer>> =
             self.launcher.observers.iter().cloned().collect();

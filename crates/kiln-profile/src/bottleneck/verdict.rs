@@ -1,0 +1,220 @@
+//! The decision: from two measured runs (a batch cached on the device, and the real loader) to
+//! a verdict with its evidence. Pure, so every rule is tested on fixed numbers.
+
+use serde::{Deserialize, Serialize};
+
+/// What limits the training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The data pipeline: the device waits for batches. More loader workers, a cache of
+    /// preprocessed samples, or cheaper transforms help; a faster device does not.
+    InputBound,
+    /// The device's arithmetic: the data keeps up. Mixed precision, a larger batch or a faster
+    /// device help.
+    ComputeBound,
+    /// The host's launching of work: even with the batch cached, the device sits idle between
+    /// small kernels or syncs. Larger batches, fusion and fewer readbacks help.
+    HostOverheadBound,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::InputBound => "input-bound",
+            Verdict::ComputeBound => "compute-bound",
+            Verdict::HostOverheadBound => "host-overhead-bound",
+        })
+    }
+}
+
+/// The thresholds of the rules; written into every diagnosis.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// Input-bound when the real loader reaches less than this fraction of the cached batch's
+    /// steps per second (0.8).
+    pub input_bound_ratio: f64,
+    /// Input-bound when more than this share of the real run's time is spent waiting for data
+    /// (0.2) and the device is not busy.
+    pub data_wait_share: f64,
+    /// A device busy less than this percent of the time is idle (50).
+    pub idle_utilization_percent: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            input_bound_ratio: 0.8,
+            data_wait_share: 0.2,
+            idle_utilization_percent: 50.0,
+        }
+    }
+}
+
+/// One measured run of steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Steps measured (after warm-up).
+    pub steps: usize,
+    /// Their wall time, in seconds.
+    pub seconds: f64,
+    /// Steps per second.
+    pub steps_per_s: f64,
+    /// Of the wall time, the time spent waiting for data, in seconds.
+    pub data_wait_seconds: f64,
+    /// `data_wait_seconds / seconds`.
+    pub data_wait_share: f64,
+    /// The device's mean utilization during the run (NVML), when known.
+    pub gpu_utilization_percent: Option<f64>,
+    /// The losses the steps reported, in order (the cached run's show whether it learns).
+    pub losses: Vec<f64>,
+}
+
+/// The verdict, with what led to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    /// What limits the step.
+    pub verdict: Verdict,
+    /// The steps on one batch kept on the device.
+    pub cached: Measurement,
+    /// The steps fed by the real loader.
+    pub real: Measurement,
+    /// `real.steps_per_s / cached.steps_per_s`.
+    pub throughput_ratio: f64,
+    /// Whether the loss on the cached batch went down (the first third's mean above the last
+    /// third's); `None` when the steps reported no loss.
+    pub cached_loss_decreased: Option<bool>,
+    /// The rules that decided, in words, with their numbers.
+    pub evidence: Vec<String>,
+    /// What else looks wrong (a loss that does not go down on one batch is a bug, not a
+    /// bottleneck).
+    pub warnings: Vec<String>,
+    /// The thresholds used.
+    pub thresholds: Thresholds,
+}
+
+/// Decides from the two runs.
+pub fn decide(cached: Measurement, real: Measurement, thresholds: Thresholds) -> Diagnosis {
+    let ratio = if cached.steps_per_s > 0.0 {
+        real.steps_per_s / cached.steps_per_s
+    } else {
+        0.0
+    };
+    let mut evidence = vec![format!(
+        "the real loader runs {:.2} steps/s, the cached batch {:.2} steps/s: ratio {ratio:.2} \
+         (input-bound below {:.2})",
+        real.steps_per_s, cached.steps_per_s, thresholds.input_bound_ratio
+    )];
+    evidence.push(format!(
+        "waiting for data takes {:.1}% of the real run (input-bound above {:.1}% when the \
+         device is not busy)",
+        100.0 * real.data_wait_share,
+        100.0 * thresholds.data_wait_share
+    ));
+    let idle = |utilization: Option<f64>| {
+        utilization.map(|percent| percent < thresholds.idle_utilization_percent)
+    };
+    match (real.gpu_utilization_percent, cached.gpu_utilization_percent) {
+        (Some(real_util), Some(cached_util)) => evidence.push(format!(
+            "device utilization: {real_util:.0}% with the loader, {cached_util:.0}% on the cached \
+             batch (idle below {:.0}%)",
+            thresholds.idle_utilization_percent
+        )),
+        _ => evidence.push(
+            "device utilization unknown for these runs (no NVML samples in them): host overhead \
+             cannot be told from compute"
+                .to_owned(),
+        ),
+    }
+    let slower_than_cached = ratio < thresholds.input_bound_ratio;
+    let waits_while_idle = real.data_wait_share > thresholds.data_wait_share
+        && idle(real.gpu_utilization_percent) != Some(false);
+    let verdict = if slower_than_cached || waits_while_idle {
+        Verdict::InputBound
+    } else if idle(cached.gpu_utilization_percent) == Some(true) {
+        Verdict::HostOverheadBound
+    } else {
+        Verdict::ComputeBound
+    };
+    let cached_loss_decreased = loss_decreased(&cached.losses);
+    let mut warnings = Vec::new();
+    if cached_loss_decreased == Some(false) {
+        warnings.push(format!(
+            "the loss on the cached batch did not go down over {} steps: check the model, the \
+             loss and the learning rate before tuning speed",
+            cached.losses.len()
+        ));
+    }
+    Diagnosis {
+        verdict,
+        cached,
+        real,
+        throughput_ratio: ratio,
+        cached_loss_decreased,
+        evidence,
+        warnings,
+        thresholds,
+    }
+}
+
+/// Whether the mean of the last third of `losses` is below the mean of the first third.
+fn loss_decreased(losses: &[f64]) -> Option<bool> {
+    if losses.len() < 3 {
+        return None;
+    }
+    let third = losses.len() / 3;
+    let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len() as f64;
+    Some(mean(&losses[losses.len() - third..]) < mean(&losses[..third]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(steps_per_s: f64, wait_share: f64, util: Option<f64>) -> Measurement {
+        Measurement {
+            steps: 10,
+            seconds: 10.0 / steps_per_s,
+            steps_per_s,
+            data_wait_seconds: wait_share * 10.0 / steps_per_s,
+            data_wait_share: wait_share,
+            gpu_utilization_percent: util,
+            losses: vec![3.0, 2.0, 1.0],
+        }
+    }
+
+    #[test]
+    fn each_rule_decides_its_case() {
+        let t = Thresholds::default();
+        let slow_loader = decide(run(10.0, 0.0, None), run(4.0, 0.6, None), t);
+        assert_eq!(slow_loader.verdict, Verdict::InputBound);
+        assert!((slow_loader.throughput_ratio - 0.4).abs() < 1e-12);
+        // Throughput near the cached one, but the device waits and is idle.
+        let waits = decide(run(10.0, 0.0, Some(90.0)), run(9.0, 0.3, Some(30.0)), t);
+        assert_eq!(waits.verdict, Verdict::InputBound);
+        // Waiting while the device is busy anyway is not input-bound.
+        let busy = decide(run(10.0, 0.0, Some(95.0)), run(9.5, 0.3, Some(90.0)), t);
+        assert_eq!(busy.verdict, Verdict::ComputeBound);
+        let launch = decide(run(10.0, 0.0, Some(20.0)), run(9.8, 0.01, Some(20.0)), t);
+        assert_eq!(launch.verdict, Verdict::HostOverheadBound);
+        let compute = decide(run(10.0, 0.0, None), run(9.9, 0.01, None), t);
+        assert_eq!(compute.verdict, Verdict::ComputeBound);
+        assert!(
+            compute
+                .evidence
+                .iter()
+                .any(|line| line.contains("unknown"))
+        );
+    }
+
+    #[test]
+    fn a_loss_that_does_not_fall_on_one_batch_is_a_warning() {
+        let mut cached = run(10.0, 0.0, None);
+        cached.losses = vec![1.0, 1.0, 1.1, 1.2, 1.2, 1.3];
+        let diagnosis = decide(cached, run(10.0, 0.0, None), Thresholds::default());
+        assert_eq!(diagnosis.cached_loss_decreased, Some(false));
+        assert_eq!(diagnosis.warnings.len(), 1);
+        assert_eq!(loss_decreased(&[1.0, 0.5]), None);
+        assert_eq!(loss_decreased(&[3.0, 2.0, 1.0]), Some(true));
+    }
+}

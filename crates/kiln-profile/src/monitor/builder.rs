@@ -1,0 +1,114 @@
+//! The device monitor's settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::DeviceMonitor;
+use super::sampler::SamplerConfig;
+use crate::{Clock, Error, MemoryProbe, Result};
+
+/// Settings of a [`DeviceMonitor`], from [`DeviceMonitor::builder`].
+///
+/// Defaults: a sample every 200 ms; NVML device 0; the host's CPU and RAM; no memory probe.
+#[derive(Clone)]
+pub struct DeviceMonitorBuilder {
+    clock: Clock,
+    interval: Duration,
+    nvml: bool,
+    nvml_device: u32,
+    host: bool,
+    probe: Option<Arc<dyn MemoryProbe>>,
+}
+
+impl DeviceMonitorBuilder {
+    /// The shortest interval: NVML's counters and sysinfo's reads are not worth more.
+    pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+    /// The longest interval: beyond it a phase or an epoch would go unsampled.
+    pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
+    /// The default interval.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
+
+    pub(crate) fn new(clock: Clock) -> Self {
+        Self {
+            clock,
+            interval: Self::DEFAULT_INTERVAL,
+            nvml: true,
+            nvml_device: 0,
+            host: true,
+            probe: None,
+        }
+    }
+
+    /// Time between samples, from 10 ms to 60 s (checked by [`start`](Self::start)).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Whether to read an NVIDIA GPU through NVML (default: yes; without a driver the
+    /// source reports why it is unavailable).
+    pub fn nvml(mut self, enabled: bool) -> Self {
+        self.nvml = enabled;
+        self
+    }
+
+    /// Which NVML device to read (default 0; NVML's order, which may differ from CUDA's).
+    pub fn nvml_device(mut self, index: u32) -> Self {
+        self.nvml_device = index;
+        self
+    }
+
+    /// Whether to read the host's CPU utilization and RAM (default: yes).
+    pub fn host(mut self, enabled: bool) -> Self {
+        self.host = enabled;
+        self
+    }
+
+    /// A memory source whose readings fill the samples' `pool_in_use_bytes` and
+    /// `pool_reserved_bytes`: a `CubePoolProbe` (features `wgpu`, `cuda`), or a
+    /// [`HeapProbe`](super::HeapProbe) on a CPU backend.
+    pub fn memory_probe(mut self, probe: Arc<dyn MemoryProbe>) -> Self {
+        self.probe = Some(probe);
+        self
+    }
+
+    /// Checks the settings and starts the monitor thread; returns once it has opened its
+    /// sources and taken the first sample.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] for an interval out of range; [`Error::Run`] if the thread
+    /// cannot be started.
+    pub fn start(self) -> Result<DeviceMonitor> {
+        if !(Self::MIN_INTERVAL..=Self::MAX_INTERVAL).contains(&self.interval) {
+            return Err(Error::InvalidSetting {
+                setting: "device monitor interval",
+                message: format!(
+                    "{:?} is outside {:?} to {:?}",
+                    self.interval,
+                    Self::MIN_INTERVAL,
+                    Self::MAX_INTERVAL
+                ),
+            });
+        }
+        DeviceMonitor::spawn(SamplerConfig {
+            clock: self.clock,
+            interval: self.interval,
+            nvml_device: self.nvml.then_some(self.nvml_device),
+            host: self.host,
+            probe: self.probe,
+        })
+    }
+}
+
+impl std::fmt::Debug for DeviceMonitorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceMonitorBuilder")
+            .field("interval", &self.interval)
+            .field("nvml", &self.nvml)
+            .field("nvml_device", &self.nvml_device)
+            .field("host", &self.host)
+            .field("probe", &self.probe.as_ref().map(|probe| probe.name()))
+            .finish()
+    }
+}

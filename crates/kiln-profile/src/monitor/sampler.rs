@@ -1,0 +1,194 @@
+//! The monitor thread's side: its sources, one sample from all of them, and the loop.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::host::HostSource;
+use super::nvml::{self, NvmlSource};
+use super::{DeviceSample, SourceStatus};
+use crate::{Clock, MemoryProbe};
+
+/// What the monitor thread is asked to read.
+pub(crate) struct SamplerConfig {
+    pub(crate) clock: Clock,
+    pub(crate) interval: Duration,
+    /// The NVML device index, or `None` for no NVML.
+    pub(crate) nvml_device: Option<u32>,
+    pub(crate) host: bool,
+    pub(crate) probe: Option<Arc<dyn MemoryProbe>>,
+}
+
+/// A memory probe and what its reads have said so far.
+struct ProbeSource {
+    probe: Arc<dyn MemoryProbe>,
+    status: Option<SourceStatus>,
+    failed_reads: u64,
+}
+
+impl ProbeSource {
+    fn read(&mut self, sample: &mut DeviceSample) {
+        match self.probe.read() {
+            Ok(reading) => {
+                sample.pool_in_use_bytes = Some(reading.in_use_bytes);
+                sample.pool_reserved_bytes = Some(reading.reserved_bytes);
+                self.status
+                    .get_or_insert_with(|| SourceStatus::available(self.probe.name(), None));
+            }
+            Err(reason) => {
+                self.failed_reads += 1;
+                let status = self
+                    .status
+                    .get_or_insert_with(|| SourceStatus::unavailable(self.probe.name(), ""));
+                status.reason = Some(if status.available {
+                    format!("{} reads failed, the last: {reason}", self.failed_reads)
+                } else {
+                    reason
+                });
+            }
+        }
+    }
+}
+
+/// The monitor thread's sources. An NVML source that failed to open is kept as its status.
+pub(crate) struct Sources {
+    nvml: Option<Result<NvmlSource, SourceStatus>>,
+    probe: Option<ProbeSource>,
+    host: Option<HostSource>,
+}
+
+impl Sources {
+    /// Opens every source asked for; NVML is initialised here, on the monitor thread.
+    pub(crate) fn open(config: &SamplerConfig) -> Self {
+        let nvml = config.nvml_device.map(|index| {
+            NvmlSource::open(index).map_err(|reason| {
+                log::info!("device monitor: nvml unavailable ({reason})");
+                SourceStatus::unavailable(nvml::NAME, reason)
+            })
+        });
+        Self {
+            nvml,
+            probe: config.probe.clone().map(|probe| ProbeSource {
+                probe,
+                status: None,
+                failed_reads: 0,
+            }),
+            host: config.host.then(HostSource::new),
+        }
+    }
+
+    /// One sample of every source, stamped at its start.
+    pub(crate) fn sample(&mut self, clock: &Clock) -> DeviceSample {
+        let mut sample = DeviceSample {
+            at: clock.now(),
+            ..DeviceSample::default()
+        };
+        if let Some(Ok(nvml)) = &mut self.nvml {
+            nvml.read(&mut sample);
+        }
+        if let Some(probe) = &mut self.probe {
+            probe.read(&mut sample);
+        }
+        if let Some(host) = &mut self.host {
+            let reading = host.read();
+            sample.cpu_utilization_percent = reading.cpu_utilization_percent;
+            sample.ram_used_bytes = Some(reading.ram_used_bytes);
+            sample.ram_total_bytes = Some(reading.ram_total_bytes);
+        }
+        sample
+    }
+
+    /// The state of each source: NVML, the memory probe, the host.
+    pub(crate) fn statuses(&self) -> Vec<SourceStatus> {
+        let nvml = self.nvml.as_ref().map(|nvml| match nvml {
+            Ok(source) => source.status(),
+            Err(status) => status.clone(),
+        });
+        let probe = self.probe.as_ref().map(|probe| {
+            probe
+                .status
+                .clone()
+                .unwrap_or_else(|| SourceStatus::unavailable(probe.probe.name(), "not read yet"))
+        });
+        let host = self.host.as_ref().map(HostSource::status);
+        [nvml, probe, host].into_iter().flatten().collect()
+    }
+}
+
+/// The monitor thread: opens the sources, samples at once and reports the sources' states
+/// through `ready`, then samples every `interval` (on a fixed grid; ticks missed while a
+/// sample ran late are skipped) until `stop` is dropped. Returns the sources' final states.
+pub(crate) fn run(
+    config: SamplerConfig,
+    samples: Arc<Mutex<Vec<DeviceSample>>>,
+    stop: Receiver<()>,
+    ready: Sender<Vec<SourceStatus>>,
+) -> Vec<SourceStatus> {
+    let mut sources = Sources::open(&config);
+    let push = |sample| {
+        samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(sample);
+    };
+    let first = Instant::now();
+    push(sources.sample(&config.clock));
+    // The builder waits for this; if it is gone, the samples are still kept for `stop`.
+    let _ = ready.send(sources.statuses());
+    let mut ticks: u32 = 1;
+    loop {
+        let now = Instant::now();
+        let mut next = first + config.interval * ticks;
+        while next <= now {
+            ticks += 1;
+            next = first + config.interval * ticks;
+        }
+        match stop.recv_timeout(next - now) {
+            Err(RecvTimeoutError::Timeout) => {
+                ticks += 1;
+                push(sources.sample(&config.clock));
+            }
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    sources.statuses()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryReading;
+
+    struct Flaky;
+
+    impl MemoryProbe for Flaky {
+        fn name(&self) -> &str {
+            "flaky"
+        }
+        fn read(&self) -> Result<MemoryReading, String> {
+            Err("the pool is gone".into())
+        }
+    }
+
+    #[test]
+    fn a_failing_probe_is_unavailable_with_its_reason_and_the_host_still_reads() {
+        let config = SamplerConfig {
+            clock: Clock::start(),
+            interval: Duration::from_millis(20),
+            nvml_device: None,
+            host: true,
+            probe: Some(Arc::new(Flaky)),
+        };
+        let mut sources = Sources::open(&config);
+        let sample = sources.sample(&config.clock);
+        assert_eq!(sample.pool_in_use_bytes, None);
+        assert!(sample.ram_total_bytes.is_some());
+        let statuses = sources.statuses();
+        assert_eq!(
+            statuses[0],
+            SourceStatus::unavailable("flaky", "the pool is gone")
+        );
+        assert_eq!(statuses[1].name, "host");
+    }
+}

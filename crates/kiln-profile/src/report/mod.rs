@@ -1,0 +1,100 @@
+//! One report of a profiled run: a JSON document with everything measured, and an SVG timeline
+//! (phases per step, device utilization and memory under them).
+
+mod svg;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use svg::write_timeline_svg;
+
+use crate::batch_size::FinderReport;
+use crate::monitor::{MonitorRecord, MonitorSummary, SourceStatus, by_epoch, by_phase, summarize};
+use crate::phase::{EpochBounds, PhaseReport, PhaseTimer, Span};
+use crate::{Diagnosis, Result, ThroughputReport};
+
+/// Everything a profiled run measured; each part is present when it was measured.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ProfileReport {
+    /// Where each step's time went.
+    pub phases: Option<PhaseReport>,
+    /// The device monitor's sources, available or not (with the reason).
+    pub monitor_sources: Vec<SourceStatus>,
+    /// Min/mean/max of the device figures over the run.
+    pub device: Option<MonitorSummary>,
+    /// The same per phase (`forward`, `data_wait`, ...).
+    pub device_by_phase: BTreeMap<String, MonitorSummary>,
+    /// The same per epoch.
+    pub device_by_epoch: BTreeMap<u64, MonitorSummary>,
+    /// The input-versus-compute verdict, when the cached-batch test ran.
+    pub diagnosis: Option<Diagnosis>,
+    /// Throughput and MFU over the last window.
+    pub throughput: Option<ThroughputReport>,
+    /// The batch-size search, when one ran.
+    pub batch_size: Option<FinderReport>,
+}
+
+impl ProfileReport {
+    /// The report of a run timed by `timer` and watched by a monitor (its stopped record).
+    pub fn from_run(timer: &PhaseTimer, monitor: Option<&MonitorRecord>) -> Self {
+        Self::from_timeline(timer.report(), &timer.spans(), &timer.epochs(), monitor)
+    }
+
+    /// The report of a run from its parts: the phase table, the spans and epochs the device
+    /// figures are attributed to, and the monitor's record.
+    pub fn from_timeline(
+        phases: PhaseReport,
+        spans: &[Span],
+        epochs: &[EpochBounds],
+        monitor: Option<&MonitorRecord>,
+    ) -> Self {
+        let mut report = Self {
+            phases: Some(phases),
+            ..Self::default()
+        };
+        if let Some(record) = monitor {
+            report.monitor_sources = record.sources.clone();
+            report.device = (!record.samples.is_empty()).then(|| summarize(&record.samples));
+            report.device_by_phase = by_phase(&record.samples, spans)
+                .into_iter()
+                .map(|(action, summary)| (action.name().to_owned(), summary))
+                .collect();
+            report.device_by_epoch = by_epoch(&record.samples, epochs);
+        }
+        report
+    }
+
+    /// Adds the verdict of the cached-batch test.
+    pub fn with_diagnosis(mut self, diagnosis: Diagnosis) -> Self {
+        self.diagnosis = Some(diagnosis);
+        self
+    }
+
+    /// Adds the throughput window.
+    pub fn with_throughput(mut self, throughput: ThroughputReport) -> Self {
+        self.throughput = Some(throughput);
+        self
+    }
+
+    /// Adds a batch-size search.
+    pub fn with_batch_size(mut self, search: FinderReport) -> Self {
+        self.batch_size = Some(search);
+        self
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string_pretty(self).map_err(|source| crate::Error::Json {
+            what: "the profile report".to_owned(),
+            source,
+        })
+    }
+
+    /// Writes the report as JSON to `path` (atomically).
+    pub fn write_json(&self, path: &Path) -> Result<()> {
+        let json = self.to_json()? + "\n";
+        crate::atomic_write::write_atomic(path, json.as_bytes())
+    }
+}

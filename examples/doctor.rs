@@ -1,0 +1,51 @@
+//! What this machine offers for training, and settings to start from.
+//!
+//! Prints kiln-profile's system report: the CPU and RAM, the NVIDIA GPUs NVML sees, the Vulkan
+//! adapters wgpu lists (with `--features wgpu`), the Burn backends this binary was built with,
+//! and recommendations (preset, precision, loader workers, how to find the batch size), each
+//! with its reason. A source that cannot be read is reported unavailable, with the reason.
+//!
+//! Run: `cargo run --release --example doctor -- --help`
+
+use anyhow::Context;
+use clap::Parser;
+use kiln::profile::{DoctorOptions, doctor};
+
+/// Report this machine's CPU, RAM, GPUs and Vulkan adapters, and recommend training settings.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Write the report as one JSON object to this path.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// The Burn backends this binary was built with: flex always, the GPU ones by feature.
+fn compiled_backends() -> Vec<&'static str> {
+    let mut backends = vec!["flex"];
+    if cfg!(feature = "wgpu") {
+        backends.push("wgpu");
+    }
+    if cfg!(feature = "cuda") {
+        backends.push("cuda");
+    }
+    backends
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let report = doctor(&DoctorOptions::new(compiled_backends()));
+    print!("{}", report.to_text());
+    #[cfg(feature = "backend")]
+    {
+        // What kiln's own device choice makes of the same machine.
+        let selection = kiln::backend::select(kiln::backend::DevicePreference::Auto)?;
+        println!("\nkiln::backend::select(auto): {selection}");
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("\nreport written to {}", path.display());
+    }
+    Ok(())
+}
