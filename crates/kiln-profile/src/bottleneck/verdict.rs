@@ -199,12 +199,7 @@ mod tests {
         assert_eq!(launch.verdict, Verdict::HostOverheadBound);
         let compute = decide(run(10.0, 0.0, None), run(9.9, 0.01, None), t);
         assert_eq!(compute.verdict, Verdict::ComputeBound);
-        assert!(
-            compute
-                .evidence
-                .iter()
-                .any(|line| line.contains("unknown"))
-        );
+        assert!(compute.evidence.iter().any(|line| line.contains("unknown")));
     }
 
     #[test]
