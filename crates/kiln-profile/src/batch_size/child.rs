@@ -210,7 +210,8 @@ fn killed_by_sigkill(_status: &std::process::ExitStatus) -> bool {
     false
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
+#[cfg(unix)]
 mod tests {
     use super::*;
 

@@ -20,6 +20,14 @@ pub struct DeviceMonitorBuilder {
     probe: Option<Arc<dyn MemoryProbe>>,
 }
 
+impl DeviceMonitor {
+    /// Settings for a monitor whose samples are stamped on `clock` (the profile's, so they
+    /// line up with the phase timer's spans).
+    pub fn builder(clock: Clock) -> DeviceMonitorBuilder {
+        DeviceMonitorBuilder::new(clock)
+    }
+}
+
 impl DeviceMonitorBuilder {
     /// The shortest interval: NVML's counters and sysinfo's reads are not worth more.
     pub const MIN_INTERVAL: Duration = Duration::from_millis(10);

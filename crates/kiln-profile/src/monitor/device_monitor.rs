@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
-use super::builder::DeviceMonitorBuilder;
 use super::sampler::{self, SamplerConfig};
 use super::{DeviceSample, MonitorRecord, SourceStatus};
 use crate::{Clock, Error, Result};
@@ -45,12 +44,6 @@ pub struct DeviceMonitor {
 }
 
 impl DeviceMonitor {
-    /// Settings for a monitor whose samples are stamped on `clock` (the profile's, so they
-    /// line up with the phase timer's spans).
-    pub fn builder(clock: Clock) -> DeviceMonitorBuilder {
-        DeviceMonitorBuilder::new(clock)
-    }
-
     pub(crate) fn spawn(config: SamplerConfig) -> Result<Self> {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = crossbeam_channel::bounded(1);

@@ -1,7 +1,7 @@
 //! Where the batch-size finder should start, and the memory budget to give it.
 
 use super::super::report::RamSummary;
-use super::advice::{BatchAdvice, Recommendation};
+use super::recommendation::{BatchAdvice, Recommendation};
 use super::target::{Target, gpu_name};
 
 const MIB: u64 = 1 << 20;

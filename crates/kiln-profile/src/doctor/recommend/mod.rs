@@ -6,8 +6,9 @@ mod batch;
 #[cfg(test)]
 mod fixtures;
 mod precision;
+mod recommendation;
 mod target;
 mod workers;
 
 pub(super) use advice::recommend;
-pub use advice::{BatchAdvice, Recommendation, Recommendations};
+pub use recommendation::{BatchAdvice, Recommendation, Recommendations};

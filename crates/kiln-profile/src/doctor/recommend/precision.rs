@@ -1,7 +1,7 @@
 //! The preset and the training precision: mixed precision where the device has the tensor
 //! cores for it, f32 elsewhere.
 
-use super::advice::Recommendation;
+use super::recommendation::Recommendation;
 use super::target::{Target, gpu_name};
 
 /// `balanced` on a GPU, `reproducible` (f32) on the CPU.

@@ -1,7 +1,7 @@
 //! How many loader worker threads to start with.
 
 use super::super::report::CpuSummary;
-use super::advice::Recommendation;
+use super::recommendation::Recommendation;
 
 /// The most workers recommended: beyond it the loader rarely gets faster.
 const MAX_WORKERS: usize = 8;
