@@ -6,7 +6,7 @@ use super::sample::{ThroughputReport, ThroughputSample};
 use super::totals::Totals;
 use crate::{Error, Result};
 
-/// A rolling window of cumulative counters; see the [module docs](self).
+/// A rolling window of cumulative counters; see the [module docs](crate::throughput).
 ///
 /// ```
 /// use std::time::Duration;
