@@ -16,21 +16,21 @@
 mod pipeline;
 #[path = "../common/regressor.rs"]
 mod regressor;
+mod tuning;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use burn::data::dataloader::batcher::Batcher;
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
 use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::core::{BlockSource, PlanRequest};
+use kiln::core::PlanRequest;
 use kiln::data::{BurnCollate, Epoch, LoaderConfig};
 use kiln::profile::bottleneck::StepRun;
-use kiln::profile::{Bottleneck, Clock, DeviceMonitor, Diagnosis, LoaderTuner, LoaderTuning};
+use kiln::profile::{Bottleneck, Clock, DeviceMonitor, Diagnosis, LoaderTuning};
 use kiln::sampler::{RemainderPolicy, SequentialSampler, Sharding};
 use kiln::train::TrainerConfig;
 
@@ -117,55 +117,16 @@ impl BackendTask for Diagnose {
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let tuning = if self.args.tune_loader {
-            Some(tune_loader::<B>(&self.args, &self.pipelines[0], &device)?)
+            Some(tuning::tune_loader::<B>(
+                &self.args,
+                &self.pipelines[0],
+                &device,
+            )?)
         } else {
             None
         };
         Ok((diagnoses, tuning))
     }
-}
-
-/// Reads `--tune-batches` batches of `pipeline`'s data with each loader setting; zero workers
-/// read and collate on this thread, as a loop without a loader does.
-fn tune_loader<B: AutodiffBackend>(
-    args: &Args,
-    pipeline: &Pipeline,
-    device: &B::Device,
-) -> anyhow::Result<LoaderTuning> {
-    let batches = args.tune_batches.min((args.samples / args.batch) as usize);
-    let sampler = SequentialSampler::new(Sharding::new(args.batch, RemainderPolicy::Drop));
-    let tuning = LoaderTuner::new().run(|setting| -> anyhow::Result<u64> {
-        // Exactly the batches read: a loader dropped mid-epoch would first finish the blocks
-        // it read ahead, which no training run pays.
-        let source = SyntheticSource::new(
-            batches as u64 * args.batch,
-            args.batch,
-            pipeline.cost_per_sample,
-        )?;
-        let mut samples = 0;
-        if setting.workers == 0 {
-            for block in 0..batches as u32 {
-                let rows = source.read_block(block)?;
-                samples += rows.len() as u64;
-                let _batch: RowBatch<B> = RowBatcher.batch(rows, device);
-            }
-            return Ok(samples);
-        }
-        let loader = LoaderConfig::new()
-            .with_workers(setting.workers)
-            .with_prefetch_batches(setting.prefetch)
-            .init(
-                source,
-                BurnCollate::<B, _, RowBatch<B>>::new(RowBatcher, device.clone()),
-            )?;
-        let mut epoch = loader.plan_epoch(&sampler, &PlanRequest::new(args.seed, 0))?;
-        for _ in 0..batches {
-            epoch.next().context("the epoch ended early")??;
-            samples += args.batch;
-        }
-        Ok(samples)
-    })?;
-    Ok(tuning)
 }
 
 fn diagnose<B: AutodiffBackend>(

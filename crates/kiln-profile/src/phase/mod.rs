@@ -2,7 +2,9 @@
 
 mod mode;
 mod report;
+mod rows;
 mod span;
+mod state;
 mod tally;
 mod timer;
 mod trace;
@@ -10,5 +12,6 @@ mod trace;
 pub use mode::TimingMode;
 pub use report::{PhaseReport, PhaseRow};
 pub use span::{Action, Span};
-pub use timer::{EpochBounds, PhaseTimer};
+pub use state::EpochBounds;
+pub use timer::PhaseTimer;
 pub use trace::{chrome_trace, write_chrome_trace};
