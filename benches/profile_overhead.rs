@@ -15,7 +15,7 @@
 //! Run: `cargo bench --bench profile_overhead` (add `-- --quick` for a short run).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use burn::optim::AdamConfig;
 use burn::tensor::backend::Backend;
@@ -25,6 +25,9 @@ use kiln::backend::CpuAutodiff;
 use kiln::profile::{Clock, PhaseTimer, TimingMode};
 use kiln::train::{Trainer, TrainerConfig, materialize};
 use kiln_testkit::{Mlp, MlpConfig, RegressionBatch as Batch};
+
+#[path = "common/interleaved.rs"]
+mod common;
 
 type B = CpuAutodiff;
 type KilnTrainer =
@@ -87,40 +90,15 @@ fn criterion_runs(criterion: &mut Criterion) {
 /// Rounds of `steps` steps of each variant in turn; median time ratio to the trainer alone.
 fn interleaved(rounds: usize, steps: usize) {
     let mut variants = variants();
-    for variant in &mut variants {
-        for _ in 0..3 {
-            step(variant);
-        }
-    }
-    let count = variants.len();
-    let mut seconds = vec![Vec::with_capacity(rounds); count];
-    for round in 0..rounds {
-        for offset in 0..count {
-            let index = (round + offset) % count;
-            let started = Instant::now();
-            for _ in 0..steps {
-                std::hint::black_box(step(&mut variants[index]));
-            }
-            seconds[index].push(started.elapsed().as_secs_f64() / steps as f64);
-        }
-    }
-    let median = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
+    let seconds = common::interleaved(&mut variants, step, rounds, steps);
     println!("\ninterleaved: {rounds} rounds of {steps} steps per variant");
     println!("| variant | median ms/step | ratio to the trainer alone |");
     println!("|---|---|---|");
     for (index, name) in NAMES.iter().enumerate() {
-        let ratios: Vec<f64> = seconds[index]
-            .iter()
-            .zip(&seconds[0])
-            .map(|(ours, alone)| ours / alone)
-            .collect();
         println!(
             "| {name} | {:.3} | {:.4} |",
-            1e3 * median(seconds[index].clone()),
-            median(ratios)
+            1e3 * common::median(seconds[index].clone()),
+            common::median_ratio(&seconds[index], &seconds[0])
         );
     }
 }

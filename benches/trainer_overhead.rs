@@ -13,7 +13,7 @@
 //!
 //! Run: `cargo bench --bench trainer_overhead` (add `-- --quick` for a short run).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
@@ -23,6 +23,9 @@ use criterion::Criterion;
 use kiln::backend::CpuAutodiff;
 use kiln::train::{Trainer, TrainerConfig, global_grad_norm, materialize};
 use kiln_testkit::{Mlp, MlpConfig, RegressionBatch as Batch};
+
+#[path = "common/interleaved.rs"]
+mod common;
 
 type B = CpuAutodiff;
 
@@ -148,44 +151,17 @@ fn criterion_runs(criterion: &mut Criterion) {
 /// Rounds of `steps` steps of each variant in turn; median time ratio to the hand-written loop.
 fn interleaved(rounds: usize, steps: usize) {
     let mut variants = variants();
-    for variant in &mut variants {
-        for _ in 0..3 {
-            variant.step();
-        }
-    }
-    let mut seconds = vec![Vec::with_capacity(rounds); variants.len()];
-    let count = variants.len();
-    for round in 0..rounds {
-        // Rotate the order every round so no variant always runs right after another.
-        for offset in 0..count {
-            let index = (round + offset) % count;
-            let variant = &mut variants[index];
-            let started = Instant::now();
-            for _ in 0..steps {
-                std::hint::black_box(variant.step());
-            }
-            seconds[index].push(started.elapsed().as_secs_f64() / steps as f64);
-        }
-    }
-    let median = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
+    let seconds = common::interleaved(&mut variants, Variant::step, rounds, steps);
     println!("\ninterleaved: {rounds} rounds of {steps} steps per variant");
     println!("| variant | median ms/step | ratio to the hand-written loop doing the same work |");
     println!("|---|---|---|");
     for (index, name) in NAMES.iter().enumerate() {
         // Even indices are hand-written loops, odd ones the trainer doing the same work.
         let baseline = index - index % 2;
-        let ratios: Vec<f64> = seconds[index]
-            .iter()
-            .zip(&seconds[baseline])
-            .map(|(ours, hand)| ours / hand)
-            .collect();
         println!(
             "| {name} | {:.3} | {:.3} |",
-            1e3 * median(seconds[index].clone()),
-            median(ratios)
+            1e3 * common::median(seconds[index].clone()),
+            common::median_ratio(&seconds[index], &seconds[baseline])
         );
     }
 }

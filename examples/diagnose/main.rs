@@ -13,12 +13,13 @@
 //!
 //! Run: `cargo run --release --example diagnose -- --help`
 
+#[path = "../common/cached_batch.rs"]
+mod cached_batch;
 mod pipeline;
 #[path = "../common/regressor.rs"]
 mod regressor;
 mod tuning;
 
-use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,6 @@ use clap::Parser;
 use kiln::backend::{BackendTask, DevicePreference, select};
 use kiln::core::PlanRequest;
 use kiln::data::{BurnCollate, Epoch, LoaderConfig};
-use kiln::profile::bottleneck::StepRun;
 use kiln::profile::{Bottleneck, Clock, DeviceMonitor, Diagnosis, LoaderTuning};
 use kiln::sampler::{RemainderPolicy, SequentialSampler, Sharding};
 use kiln::train::TrainerConfig;
@@ -136,13 +136,12 @@ fn diagnose<B: AutodiffBackend>(
 ) -> anyhow::Result<Diagnosis> {
     B::seed(&device, args.seed);
     let model = Regressor::<B>::new(pipeline.width, pipeline.depth, &device);
-    let trainer = TrainerConfig::new().with_seed(args.seed).init(
+    let mut trainer = TrainerConfig::new().with_seed(args.seed).init(
         model,
         AdamConfig::new().init(),
         1e-3,
         device.clone(),
     )?;
-    let trainer = RefCell::new(trainer);
     let source = SyntheticSource::new(args.samples, args.batch, pipeline.cost_per_sample)?;
     // Little read-ahead, so the loader's backlog drains within the warm-up steps.
     let loader = LoaderConfig::new()
@@ -163,43 +162,27 @@ fn diagnose<B: AutodiffBackend>(
     let monitor = DeviceMonitor::builder(clock).start()?;
     let mut epoch: Option<Epoch<'_, RowBatch<B>>> = None;
     let mut next_epoch = 0;
-    let diagnosis = Bottleneck::new()
-        .steps(args.warmup, args.steps)
-        .with_monitor(&monitor)
-        .diagnose(
-            || -> anyhow::Result<StepRun> {
-                let mut trainer = trainer.borrow_mut();
-                trainer.train_batch(cached_batch.clone())?;
-                // Reading the loss back waits for the device: the step's wall time is its own.
-                let loss = trainer.last_loss()?;
-                Ok(StepRun {
-                    loss,
-                    data_wait: Duration::ZERO,
-                })
-            },
-            || -> anyhow::Result<StepRun> {
-                loop {
-                    let current = match &mut epoch {
-                        Some(current) => current,
-                        None => {
-                            let request = PlanRequest::new(args.seed, next_epoch);
-                            next_epoch += 1;
-                            epoch.insert(loader.plan_epoch(&sampler, &request)?)
-                        }
-                    };
-                    let waited_from = Instant::now();
-                    let Some(batch) = current.next() else {
-                        epoch = None;
-                        continue;
-                    };
-                    let data_wait = waited_from.elapsed();
-                    let mut trainer = trainer.borrow_mut();
-                    trainer.train_batch(batch?)?;
-                    let loss = trainer.last_loss()?;
-                    return Ok(StepRun { loss, data_wait });
+    // The loader's batches, epoch after epoch.
+    let next_batch = || -> anyhow::Result<RowBatch<B>> {
+        loop {
+            let current = match &mut epoch {
+                Some(current) => current,
+                None => {
+                    let request = PlanRequest::new(args.seed, next_epoch);
+                    next_epoch += 1;
+                    epoch.insert(loader.plan_epoch(&sampler, &request)?)
                 }
-            },
-        )?;
+            };
+            match current.next() {
+                Some(batch) => return Ok(batch?),
+                None => epoch = None,
+            }
+        }
+    };
+    let bottleneck = Bottleneck::new()
+        .steps(args.warmup, args.steps)
+        .with_monitor(&monitor);
+    let diagnosis = cached_batch::diagnose(bottleneck, &mut trainer, cached_batch, next_batch)?;
     drop(epoch);
     monitor.stop();
     Ok(diagnosis)

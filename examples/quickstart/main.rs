@@ -18,6 +18,8 @@
 //!
 //! Run: `cargo run --release --example quickstart -- --help`
 
+#[path = "../common/cached_batch.rs"]
+mod cached_batch;
 mod dataset;
 mod model;
 mod profiling;

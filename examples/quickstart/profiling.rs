@@ -2,21 +2,21 @@
 //! device monitor during training, then the cached-batch test for the input-versus-compute
 //! verdict.
 
-use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln::profile::bottleneck::StepRun;
 use kiln::profile::phase::EpochBounds;
 use kiln::profile::{
     Bottleneck, Clock, DeviceMonitor, DeviceSample, Diagnosis, MemoryProbe, PhaseReport,
     PhaseTimer, ProfileReport, Span, Throughput, ThroughputMeter, ThroughputReport, TimingMode,
 };
 use kiln::train::{TrainStep, Trainer};
+
+use crate::cached_batch;
 
 /// What profiling produced.
 pub struct Profile {
@@ -92,13 +92,13 @@ impl Profiler {
         });
     }
 
-    /// The cached-batch test: `warmup` + `steps` steps on `cached`, then as many from
-    /// `next_batch`, each waiting for the device (a loss readback).
+    /// The cached-batch test ([`cached_batch::diagnose`]): `warmup` + `steps` steps on
+    /// `cached`, then as many from `next_batch`.
     pub fn diagnose<B, M, O, S>(
         &self,
         trainer: &mut Trainer<B, M, O, S>,
         cached: M::Input,
-        mut next_batch: impl FnMut() -> anyhow::Result<M::Input>,
+        next_batch: impl FnMut() -> anyhow::Result<M::Input>,
         warmup: usize,
         steps: usize,
     ) -> anyhow::Result<Diagnosis>
@@ -109,30 +109,10 @@ impl Profiler {
         O: Optimizer<M, B>,
         S: LrScheduler,
     {
-        let trainer = RefCell::new(trainer);
-        let diagnosis = Bottleneck::new()
+        let bottleneck = Bottleneck::new()
             .steps(warmup, steps)
-            .with_monitor(&self.monitor)
-            .diagnose(
-                || -> anyhow::Result<StepRun> {
-                    let mut trainer = trainer.borrow_mut();
-                    trainer.train_batch(cached.clone())?;
-                    let loss = trainer.last_loss()?;
-                    Ok(StepRun {
-                        loss,
-                        data_wait: Duration::ZERO,
-                    })
-                },
-                || -> anyhow::Result<StepRun> {
-                    let waited_from = Instant::now();
-                    let batch = next_batch()?;
-                    let data_wait = waited_from.elapsed();
-                    let mut trainer = trainer.borrow_mut();
-                    trainer.train_batch(batch)?;
-                    let loss = trainer.last_loss()?;
-                    Ok(StepRun { loss, data_wait })
-                },
-            )?;
+            .with_monitor(&self.monitor);
+        let diagnosis = cached_batch::diagnose(bottleneck, trainer, cached, next_batch)?;
         Ok(diagnosis)
     }
 
