@@ -120,6 +120,33 @@ pub enum Error {
         /// The backend's message.
         message: String,
     },
+    /// A collective operation between data-parallel replicas failed (a peer left, its shapes
+    /// differ, or the network between nodes broke).
+    #[error("data parallel, rank {rank} of {world}: {during} failed: {message}")]
+    Collective {
+        /// This replica's global rank.
+        rank: u32,
+        /// The number of replicas.
+        world: u32,
+        /// What the replica was doing.
+        during: &'static str,
+        /// burn-collective's error.
+        message: String,
+    },
+    /// The data-parallel setup is incomplete or contradicts itself.
+    #[error("invalid data-parallel setup: {reason}")]
+    InvalidDataParallel {
+        /// What is wrong, naming the setting or environment variable.
+        reason: String,
+    },
+    /// A replica of a data-parallel run failed or panicked; the other replicas were stopped.
+    #[error("data parallel: replica {rank} failed: {message}")]
+    ReplicaFailed {
+        /// The global rank of the replica that failed first.
+        rank: u32,
+        /// Its error or panic message.
+        message: String,
+    },
     /// The data opened for a position reported another one: the epoch's batches were not
     /// positioned where the trainer stands (resuming from a checkpoint, say).
     #[error(

@@ -196,7 +196,8 @@ where
                     .optimizer_steps
                     .is_multiple_of(checkpoint.every_steps)
         };
-        if !due {
+        // Replicas hold the same state: rank 0 alone writes it.
+        if !due || !self.writes_checkpoints() {
             return Ok(());
         }
         let directory = checkpoint.directory.clone();

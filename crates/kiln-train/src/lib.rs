@@ -27,6 +27,9 @@
 //! - **Checkpoints** of model, optimizer, scheduler, loss scaler, RNG, data
 //!   [`Position`](kiln_core::Position) and counters, written atomically.
 //! - **Presets** ([`Preset`]) and **observers** (phase timing, [`ProgressObserver`]).
+//! - **Data parallelism** on burn-collective ([`DataParallel`], [`Trainer::join`]): one replica
+//!   per device, one process per node ([`NodeConfig`]); gradients summed over all replicas and
+//!   normalized by their total micro-batches, so N replicas at batch b match one device at N·b.
 //!
 //! # Example
 //!
@@ -93,11 +96,15 @@ mod checkpoint_file;
 mod clipping;
 mod config;
 mod counters;
+mod data_parallel;
 mod error;
 mod fit;
+mod grad_sync;
+mod join;
 mod loss_scaler;
 mod materialize;
 mod model_step;
+mod node_config;
 mod observers;
 mod optimizer_step;
 mod param_shapes;
@@ -105,6 +112,7 @@ mod precision;
 mod precision_policy;
 mod preset;
 mod progress;
+mod replica;
 mod rng;
 mod skip_monitor;
 mod train_batch;
@@ -116,15 +124,18 @@ pub use checkpoint_file::{latest_checkpoint, list_checkpoints};
 pub use clipping::{GradientClipping, clip_grad_norm, global_grad_norm};
 pub use config::{CheckpointConfig, LossNormalization, TrainerConfig};
 pub use counters::{BatchOutcome, Counters, FitSummary};
+pub use data_parallel::DataParallel;
 pub use error::{Error, Result};
 pub use fit::EpochSummary;
 pub use loss_scaler::{DynamicLossScaler, LossScalerConfig, LossScalerState};
 pub use materialize::materialize;
 pub use model_step::{InferenceStep, StepOutput, TrainStep};
+pub use node_config::NodeConfig;
 pub use precision::{Autocast, Precision};
 pub use precision_policy::{NORM_LAYERS, PrecisionPolicy};
 pub use preset::Preset;
 pub use progress::ProgressObserver;
+pub use replica::Replica;
 pub use skip_monitor::SkipWarningConfig;
 pub use trainer::Trainer;
 pub use validation::{ValidInput, ValidOutput};

@@ -11,6 +11,7 @@ use kiln_core::{Event, Phase, SkipReason, StepOutcome, StepReport};
 use crate::clipping::{
     clip_coefficient, clip_factor_on_device, scale_grads, scale_grads_by, squared_grad_norm,
 };
+use crate::grad_sync::all_reduce_window;
 use crate::trainer::LastLoss;
 use crate::{Error, GradientClipping, LossNormalization, Result, TrainStep, Trainer};
 
@@ -25,8 +26,10 @@ where
     /// (and advance the scheduler) or skip (and leave it), update the loss scale, report.
     pub(crate) fn optimizer_step(&mut self) -> Result<StepReport> {
         let step = self.counters.optimizer_steps + 1;
-        // Checked before the window is taken, so an error leaves it (and the phases) intact.
-        if matches!(self.config.loss_normalization, LossNormalization::Items)
+        // Checked before the window is taken, so an error leaves it (and the phases) intact. A
+        // replica checks the items of all replicas, after the all-reduce.
+        if self.membership.is_none()
+            && matches!(self.config.loss_normalization, LossNormalization::Items)
             && self.window.items == 0
         {
             return Err(Error::NoItems {
@@ -47,23 +50,40 @@ where
     /// The body of [`optimizer_step`](Self::optimizer_step), inside its Optimizer phase.
     fn apply_window(&mut self, step: u64) -> Result<StepReport> {
         let window = std::mem::take(&mut self.window);
-        let divisor = match self.config.loss_normalization {
-            LossNormalization::MicroBatches => f64::from(window.micro_batches),
-            LossNormalization::Items => window.items as f64,
-        };
         let loss_scale = self.scaler.as_ref().map(|scaler| scaler.scale());
-        let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
-        let grads = window.grads.unwrap_or_default();
-        let loss_sum = window
-            .loss_sum
-            .expect("an optimizer step runs only on a window with micro-batches");
-        let outcome = if self.reads_back(step) {
+        let outcome = if let Some(membership) = self.membership {
+            // Sums over every replica; normalized once the summed counts are read back.
+            let reduced = all_reduce_window::<B, M>(
+                self.model(),
+                membership.peer,
+                window.grads,
+                window.loss_sum,
+                [u64::from(window.micro_batches), window.items],
+                &self.device,
+            )
+            .map_err(|message| membership.error("the all-reduce of the gradients", message))?;
             self.queued_steps = 0;
-            self.step_with_readback(step, grads, loss_sum, divisor, unscale)?
+            let divisor = Divisor::Reduced(reduced.counts);
+            self.step_with_readback(step, reduced.grads, reduced.loss_sum, divisor, loss_scale)?
         } else {
-            let outcome = self.step_on_device(grads, loss_sum, divisor, unscale);
-            self.bound_run_ahead()?;
-            outcome
+            let divisor = match self.config.loss_normalization {
+                LossNormalization::MicroBatches => f64::from(window.micro_batches),
+                LossNormalization::Items => window.items as f64,
+            };
+            let grads = window.grads.unwrap_or_default();
+            let loss_sum = window
+                .loss_sum
+                .expect("an optimizer step runs only on a window with micro-batches");
+            if self.reads_back(step) {
+                self.queued_steps = 0;
+                let divisor = Divisor::Known(divisor);
+                self.step_with_readback(step, grads, loss_sum, divisor, loss_scale)?
+            } else {
+                let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
+                let outcome = self.step_on_device(grads, loss_sum, divisor, unscale);
+                self.bound_run_ahead()?;
+                outcome
+            }
         };
 
         let skipped = !matches!(outcome.outcome, StepOutcome::Applied);
@@ -100,15 +120,16 @@ where
             || (every > 0 && step.is_multiple_of(every))
     }
 
-    /// An optimizer step that reads loss and gradient norm back in one transaction, skips the
-    /// step when either is not finite, and clips with a coefficient computed on the host.
+    /// An optimizer step that reads loss and gradient norm (and, for a replica, the summed
+    /// counts) back in one transaction, skips the step when either is not finite, and clips
+    /// with a coefficient computed on the host.
     fn step_with_readback(
         &mut self,
         step: u64,
         mut grads: GradientsParams,
         loss_sum: Tensor<B::InnerBackend, 1>,
-        divisor: f64,
-        unscale: f64,
+        divisor: Divisor<B>,
+        loss_scale: Option<f32>,
     ) -> Result<Outcome> {
         let needs_norm = self.scaler.is_some()
             || matches!(self.config.clipping, Some(GradientClipping::Norm { .. }))
@@ -119,8 +140,32 @@ where
         } else {
             None
         };
+        let counts = match &divisor {
+            Divisor::Known(_) => None,
+            Divisor::Reduced(counts) => Some(counts.clone()),
+        };
         self.counters.readbacks += 1;
-        let (loss_sum, squared_scaled) = read_back(loss_sum, squared)?;
+        let read = read_back([Some(loss_sum), squared, counts])?;
+        let loss_sum = read[0].as_ref().map_or(f64::NAN, |values| values[0]);
+        let squared_scaled = read[1].as_ref().map(|values| values[0]);
+        let divisor = match (&divisor, &read[2]) {
+            (Divisor::Known(divisor), _) => *divisor,
+            (Divisor::Reduced(_), Some(counts)) => {
+                let (micro_batches, items) = (counts[0], counts[1]);
+                match self.config.loss_normalization {
+                    LossNormalization::MicroBatches => micro_batches,
+                    LossNormalization::Items if items > 0.0 => items,
+                    LossNormalization::Items => {
+                        return Err(Error::NoItems {
+                            step,
+                            micro_batches: micro_batches as u32,
+                        });
+                    }
+                }
+            }
+            (Divisor::Reduced(_), None) => unreachable!("the counts were read back"),
+        };
+        let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
         let loss = loss_sum / divisor;
         self.last_loss = Some(LastLoss::Read(loss));
         let grad_norm = squared_scaled.map(|squared| squared.sqrt() * unscale);
@@ -228,29 +273,47 @@ struct Outcome {
     grad_norm: Option<f64>,
 }
 
-/// Reads the window's loss sum and, when computed, the squared gradient norm in one
-/// transaction: the step's single host sync.
-fn read_back<B: burn::tensor::backend::Backend>(
-    loss_sum: burn::tensor::Tensor<B, 1>,
-    squared: Option<burn::tensor::Tensor<B, 1>>,
-) -> Result<(f64, Option<f64>)> {
+/// What normalizes a window: known on the host, or the summed `[micro-batches, items]` of
+/// every replica, still on the device.
+enum Divisor<B: AutodiffBackend> {
+    Known(f64),
+    Reduced(Tensor<B::InnerBackend, 1>),
+}
+
+/// Reads the given tensors back in one transaction (the step's single host sync): the values of
+/// each, `None` where none was given.
+fn read_back<B: burn::tensor::backend::Backend, const N: usize>(
+    tensors: [Option<Tensor<B, 1>>; N],
+) -> Result<[Option<Vec<f64>>; N]> {
     let during = "the optimizer step's readback of loss and gradient norm";
-    let with_norm = squared.is_some();
-    let mut transaction = Transaction::default().register(loss_sum);
-    if let Some(squared) = squared {
-        transaction = transaction.register(squared);
+    let present: Vec<bool> = tensors.iter().map(Option::is_some).collect();
+    let mut transaction = Transaction::default();
+    for tensor in tensors.into_iter().flatten() {
+        transaction = transaction.register(tensor);
     }
-    let data = transaction.try_execute().map_err(|error| Error::Device {
-        during,
-        message: format!("{error:?}"),
-    })?;
-    let value = |index: usize| {
-        data.get(index)
-            .and_then(|data| data.iter::<f64>().next())
-            .ok_or_else(|| Error::Device {
+    let mut data = transaction
+        .try_execute()
+        .map_err(|error| Error::Device {
+            during,
+            message: format!("{error:?}"),
+        })?
+        .into_iter();
+    let mut values: [Option<Vec<f64>>; N] = std::array::from_fn(|_| None);
+    for (index, given) in present.into_iter().enumerate() {
+        if !given {
+            continue;
+        }
+        let read: Vec<f64> = data
+            .next()
+            .map(|data| data.iter::<f64>().collect())
+            .unwrap_or_default();
+        if read.is_empty() {
+            return Err(Error::Device {
                 during,
                 message: format!("the device returned no value for readback {index}"),
-            })
-    };
-    Ok((value(0)?, with_norm.then(|| value(1)).transpose()?))
+            });
+        }
+        values[index] = Some(read);
+    }
+    Ok(values)
 }

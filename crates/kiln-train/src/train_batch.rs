@@ -12,6 +12,7 @@ use burn::tensor::backend::AutodiffBackend;
 use kiln_core::{Event, Phase, Position, PositionedBatches, StepReport, panic_message};
 
 use crate::clipping::read_scalar;
+use crate::grad_sync::all_reduce_count;
 use crate::{BatchOutcome, Error, LossNormalization, Result, TrainStep, Trainer, rng};
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -128,8 +129,25 @@ where
 
     /// Runs the optimizer step for a partially filled window now (normalized by its own
     /// micro-batch count); `None` when nothing is pending.
+    ///
+    /// In a data-parallel run every replica must call it together: the step runs when any
+    /// replica has micro-batches pending (one all-reduce of the counts, read back).
     pub fn finish_window(&mut self) -> Result<Option<StepReport>> {
-        if self.window.is_empty() {
+        let pending = match self.membership {
+            None => u64::from(self.window.micro_batches),
+            Some(membership) => {
+                self.counters.readbacks += 1;
+                all_reduce_count::<B::InnerBackend>(
+                    membership.peer,
+                    u64::from(self.window.micro_batches),
+                    &self.device,
+                )
+                .map_err(|message| {
+                    membership.error("the all-reduce of the pending micro-batches", message)
+                })? as u64
+            }
+        };
+        if pending == 0 {
             Ok(None)
         } else {
             self.optimizer_step().map(Some)

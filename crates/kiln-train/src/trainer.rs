@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::clipping::read_scalar;
 use crate::observers::Observers;
 use crate::precision_policy::CastPlan;
+use crate::replica::Membership;
 use crate::skip_monitor::SkipMonitor;
 use crate::window::Window;
 use crate::{
@@ -60,6 +61,8 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) cast_plan: Option<CastPlan>,
     pub(crate) host_rng: ChaCha8Rng,
     pub(crate) observers: Observers,
+    /// The data-parallel replica this trainer is, once it [joined](Self::join) one.
+    pub(crate) membership: Option<Membership>,
 }
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -121,6 +124,7 @@ where
             cast_plan,
             host_rng: rng::host_rng(config.seed),
             observers: Observers::new(config.sync_phase_timing),
+            membership: None,
             config,
             device,
         })

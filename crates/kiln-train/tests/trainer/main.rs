@@ -7,6 +7,7 @@ mod common;
 mod accumulation;
 mod amp;
 mod clipping;
+mod data_parallel;
 mod debug;
 mod errors;
 mod norms;

@@ -1,0 +1,222 @@
+//! The data-parallel launcher: one thread per device, each registered with burn-collective,
+//! each training a replica; on many nodes, the global level of burn-collective too.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, OnceLock, mpsc};
+
+use burn::collective::{
+    CollectiveConfig, PeerId, finish_collective, register, reset_collective,
+};
+use burn::tensor::backend::AutodiffBackend;
+use kiln_core::panic_message;
+
+use crate::{Error, NodeConfig, Replica, Result};
+
+/// Runs data-parallel training: one replica per device on this node, and, with a
+/// [`NodeConfig`], one process per node (burn-collective's local and global levels).
+///
+/// [`run`](Self::run) calls the closure once per device, each on its own thread, with that
+/// replica's [`Replica`]; the closure builds a trainer, [`join`](crate::Trainer::join)s it and
+/// trains on the replica's [`shard`](Replica::shard) of the data. Gradients are summed over all
+/// replicas at every optimizer step and normalized by the micro-batches (or items) of all of
+/// them, so N replicas at batch b follow the same trajectory as one device at batch N·b.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use kiln_train::DataParallel;
+///
+/// type B = Autodiff<Flex>;
+/// let ranks = DataParallel::local()
+///     .run::<B, _, _>(vec![Default::default(); 2], |replica| Ok(replica.rank()))
+///     .unwrap();
+/// assert_eq!(ranks, vec![0, 1]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataParallel {
+    node: Option<NodeConfig>,
+}
+
+/// One data-parallel run per process at a time: burn-collective keeps one server per backend
+/// per process, which two concurrent runs would share.
+static RUN_LOCK: Mutex<()> = Mutex::new(());
+
+impl DataParallel {
+    /// Every replica on this node's devices.
+    pub fn local() -> Self {
+        Self { node: None }
+    }
+
+    /// This node's devices as part of a multi-node run.
+    pub fn with_node(node: NodeConfig) -> Self {
+        Self { node: Some(node) }
+    }
+
+    /// One node, or many as the environment says ([`NodeConfig::from_env`]).
+    pub fn from_env() -> Result<Self> {
+        Ok(Self {
+            node: NodeConfig::from_env()?,
+        })
+    }
+
+    /// The node settings, when this is a multi-node run.
+    pub fn node(&self) -> Option<&NodeConfig> {
+        self.node.as_ref()
+    }
+
+    /// Runs `train` once per device, each on its own thread, as replicas of one data-parallel
+    /// run, and returns what each returned, in local-rank order.
+    ///
+    /// If a replica fails or panics, the others are released from any collective operation
+    /// they wait in (they fail too) and the first failure is returned as
+    /// [`Error::ReplicaFailed`] naming its rank. Runs in one process take turns.
+    pub fn run<B, T, F>(&self, devices: Vec<B::Device>, train: F) -> Result<Vec<T>>
+    where
+        B: AutodiffBackend,
+        T: Send,
+        F: Fn(Replica<B::Device>) -> Result<T> + Sync,
+    {
+        if devices.is_empty() {
+            return Err(Error::InvalidDataParallel {
+                reason: "no devices to run replicas on".to_owned(),
+            });
+        }
+        let _turn = RUN_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let config = self.collective_config(devices.len())?;
+        if let Some(node) = &self.node
+            && node.start_coordinator
+        {
+            start_coordinator(node.coordinator_port())?;
+        }
+        // Forget whatever an earlier, failed run left registered.
+        reset_collective::<B::InnerBackend>();
+
+        let per_node = devices.len() as u32;
+        let (node_rank, nodes) = self
+            .node
+            .as_ref()
+            .map_or((0, 1), |node| (node.node_rank, node.num_nodes));
+        let (sender, receiver) = mpsc::channel::<(u32, std::result::Result<T, String>)>();
+        let train = &train;
+        std::thread::scope(|scope| {
+            for (local_rank, device) in devices.into_iter().enumerate() {
+                let replica = Replica {
+                    rank: node_rank * per_node + local_rank as u32,
+                    world: nodes * per_node,
+                    local_rank: local_rank as u32,
+                    node_rank,
+                    device,
+                };
+                let config = config.clone();
+                let sender = sender.clone();
+                std::thread::Builder::new()
+                    .name(format!("kiln-replica-{}", replica.rank))
+                    .spawn_scoped(scope, move || {
+                        let rank = replica.rank;
+                        let outcome = catch_unwind(AssertUnwindSafe(|| {
+                            run_replica::<B, T, F>(replica, config, train)
+                        }))
+                        .unwrap_or_else(|panic| {
+                            Err(format!("panicked: {}", panic_message(panic.as_ref())))
+                        });
+                        let _ = sender.send((rank, outcome));
+                    })
+                    .expect("the operating system starts a replica thread");
+            }
+            drop(sender);
+            let mut results: Vec<(u32, T)> = Vec::new();
+            let mut first_failure: Option<(u32, String)> = None;
+            for (rank, outcome) in receiver {
+                match outcome {
+                    Ok(value) => results.push((rank, value)),
+                    Err(message) => {
+                        if first_failure.is_none() {
+                            // Release the replicas still waiting for this one.
+                            reset_collective::<B::InnerBackend>();
+                            first_failure = Some((rank, message));
+                        }
+                    }
+                }
+            }
+            if let Some((rank, message)) = first_failure {
+                return Err(Error::ReplicaFailed { rank, message });
+            }
+            results.sort_by_key(|(rank, _)| *rank);
+            Ok(results.into_iter().map(|(_, value)| value).collect())
+        })
+    }
+
+    /// burn-collective's settings for `devices` replicas on this node (and the global level).
+    fn collective_config(&self, devices: usize) -> Result<CollectiveConfig> {
+        let config = CollectiveConfig::default().with_num_devices(devices);
+        let Some(node) = &self.node else {
+            return Ok(config);
+        };
+        node.validate()?;
+        let address = |host_port: &str| {
+            format!("ws://{host_port}")
+                .parse()
+                .expect("an address parses from any string")
+        };
+        let config = config
+            .with_num_nodes(node.num_nodes)
+            .with_global_address(address(&node.coordinator))
+            .with_node_address(address(&node.node_address))
+            .with_data_service_port(node.node_port());
+        if !config.is_valid() {
+            return Err(Error::InvalidDataParallel {
+                reason: format!("burn-collective refused the settings {config}"),
+            });
+        }
+        Ok(config)
+    }
+}
+
+/// One replica's thread: register, train, leave the collective.
+fn run_replica<B, T, F>(
+    replica: Replica<B::Device>,
+    config: CollectiveConfig,
+    train: &F,
+) -> std::result::Result<T, String>
+where
+    B: AutodiffBackend,
+    F: Fn(Replica<B::Device>) -> Result<T>,
+{
+    let peer = PeerId(replica.rank);
+    register::<B::InnerBackend>(peer, replica.device.clone(), config)
+        .map_err(|error| format!("registering with burn-collective: {error:?}"))?;
+    // A failed replica stays registered: leaving would let the others all-reduce without it
+    // (burn-collective counts the peers registered at each call). The launcher resets the
+    // collective instead, which fails the others' pending and later operations.
+    let value = train(replica).map_err(|error| error.to_string())?;
+    finish_collective::<B::InnerBackend>(peer)
+        .map_err(|error| format!("leaving burn-collective: {error:?}"))?;
+    Ok(value)
+}
+
+/// Starts burn-collective's global orchestrator on `port` in this process, once: it serves
+/// every later run of the process and stops with it.
+fn start_coordinator(port: u16) -> Result<()> {
+    static STARTED: OnceLock<u16> = OnceLock::new();
+    let started = *STARTED.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("kiln-collective-coordinator".to_owned())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime for the coordinator");
+                runtime.block_on(burn_collective::start_global_orchestrator(port));
+            })
+            .expect("the operating system starts the coordinator thread");
+        port
+    });
+    if started != port {
+        return Err(Error::InvalidDataParallel {
+            reason: format!(
+                "this process already runs a coordinator on port {started}, not {port}"
+            ),
+        });
+    }
+    Ok(())
+}

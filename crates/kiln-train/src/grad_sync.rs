@@ -1,0 +1,233 @@
+//! Gradients and weights across data-parallel replicas, through burn-collective.
+//!
+//! Every float parameter that takes a gradient is flattened, in the module's visiting order
+//! (the same on every replica of the same model, whatever its parameter ids), into a few large
+//! buckets, as PyTorch's DDP does: one collective call per bucket instead of one per tensor. A
+//! replica with no gradient for a parameter (an empty window, an unused branch) contributes
+//! zeros, so every replica sends the same shapes in the same order.
+
+use burn::collective::{PeerId, ReduceOperation, all_reduce, broadcast};
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+
+/// Elements per bucket (128 MiB of f32): large enough that a step makes few collective calls,
+/// small enough that a bucket's extra copy stays modest.
+const BUCKET_ELEMENTS: usize = 1 << 25;
+
+/// A window's gradients and statistics after the all-reduce: sums over every replica.
+pub(crate) struct ReducedWindow<B: AutodiffBackend> {
+    /// Gradient sums, one per parameter that takes a gradient.
+    pub(crate) grads: GradientsParams,
+    /// The sum of the replicas' loss sums.
+    pub(crate) loss_sum: Tensor<B::InnerBackend, 1>,
+    /// `[micro-batches, items]`, summed over the replicas.
+    pub(crate) counts: Tensor<B::InnerBackend, 1>,
+}
+
+/// Sums a window over every replica with one all-reduce per bucket: the gradients (zeros where
+/// this replica has none), the loss sum and the `[micro_batches, items]` counts.
+pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    peer: PeerId,
+    grads: Option<GradientsParams>,
+    loss_sum: Option<Tensor<B::InnerBackend, 1>>,
+    counts: [u64; 2],
+    device: &B::Device,
+) -> Result<ReducedWindow<B>, String> {
+    let mut grads = grads.unwrap_or_default();
+    let mut flatten = FlattenGrads::<B> {
+        grads: &mut grads,
+        device,
+        pieces: Vec::new(),
+    };
+    module.visit(&mut flatten);
+    let mut pieces = flatten.pieces;
+    let loss_sum = loss_sum.unwrap_or_else(|| Tensor::zeros([1], device));
+    let counts = Tensor::from_data(
+        TensorData::new(vec![counts[0] as f32, counts[1] as f32], [2]),
+        device,
+    );
+    let stats = pieces.len();
+    pieces.push(loss_sum);
+    pieces.push(counts);
+
+    let mut reduced = Vec::with_capacity(pieces.len());
+    for bucket in buckets(pieces) {
+        let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
+        let flat = Tensor::cat(bucket, 0);
+        let sum = all_reduce::<B::InnerBackend>(
+            peer,
+            flat.into_primitive().tensor(),
+            ReduceOperation::Sum,
+        )
+        .map_err(|error| format!("{error:?}"))?;
+        let sum = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(sum));
+        if sizes.len() == 1 {
+            reduced.push(sum);
+        } else {
+            reduced.extend(sum.split_with_sizes(sizes, 0));
+        }
+    }
+    let counts = reduced.pop().expect("the counts were pushed last");
+    let loss_sum = reduced.pop().expect("the loss sum was pushed before the counts");
+    debug_assert_eq!(reduced.len(), stats);
+    let mut unflatten = UnflattenGrads::<B> {
+        grads: GradientsParams::new(),
+        pieces: reduced.into_iter(),
+    };
+    module.visit(&mut unflatten);
+    Ok(ReducedWindow {
+        grads: unflatten.grads,
+        loss_sum,
+        counts,
+    })
+}
+
+/// The sum over every replica of one count, read back to the host (one readback).
+pub(crate) fn all_reduce_count<B: Backend>(
+    peer: PeerId,
+    count: u64,
+    device: &B::Device,
+) -> Result<f64, String> {
+    let local = Tensor::<B, 1>::from_data(TensorData::new(vec![count as f32], [1]), device);
+    let sum = all_reduce::<B>(peer, local.into_primitive().tensor(), ReduceOperation::Sum)
+        .map_err(|error| format!("{error:?}"))?;
+    let sum = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum));
+    sum.into_data()
+        .iter::<f64>()
+        .next()
+        .ok_or_else(|| "the device returned no value".to_owned())
+}
+
+/// Gives every replica the root replica's float parameters (one broadcast per bucket); the
+/// root sends, the others receive and replace theirs. Returns the module with the root's
+/// weights.
+pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: M,
+    peer: PeerId,
+    is_root: bool,
+) -> Result<M, String> {
+    let mut flatten = FlattenParams::<B> { pieces: Vec::new() };
+    module.visit(&mut flatten);
+    let mut received = Vec::with_capacity(flatten.pieces.len());
+    for bucket in buckets(flatten.pieces) {
+        let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
+        let sent = is_root.then(|| Tensor::cat(bucket, 0).into_primitive().tensor());
+        let value = broadcast::<B::InnerBackend>(peer, sent).map_err(|error| format!("{error:?}"))?;
+        let value = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(value));
+        if sizes.len() == 1 {
+            received.push(value);
+        } else {
+            received.extend(value.split_with_sizes(sizes, 0));
+        }
+    }
+    if is_root {
+        return Ok(module);
+    }
+    let mut replace = ReplaceParams::<B> {
+        pieces: received.into_iter(),
+    };
+    Ok(module.map(&mut replace))
+}
+
+/// Groups 1-D pieces, in order, into buckets of at most [`BUCKET_ELEMENTS`] (a larger piece
+/// gets a bucket of its own).
+fn buckets<B: Backend>(pieces: Vec<Tensor<B, 1>>) -> Vec<Vec<Tensor<B, 1>>> {
+    let mut buckets: Vec<Vec<Tensor<B, 1>>> = Vec::new();
+    let mut filled = usize::MAX;
+    for piece in pieces {
+        let size = piece.dims()[0];
+        if filled.saturating_add(size) > BUCKET_ELEMENTS {
+            buckets.push(Vec::new());
+            filled = 0;
+        }
+        filled += size;
+        buckets
+            .last_mut()
+            .expect("a bucket was just pushed")
+            .push(piece);
+    }
+    buckets
+}
+
+/// Whether a parameter takes part in training (and so in the gradient all-reduce).
+fn trains<B: AutodiffBackend, const D: usize>(param: &Param<Tensor<B, D>>) -> bool {
+    param.val().is_require_grad()
+}
+
+struct FlattenGrads<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    device: &'a B::Device,
+    pieces: Vec<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for FlattenGrads<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if !trains(param) {
+            return;
+        }
+        let shape = param.val().shape();
+        let elements = shape.num_elements();
+        let grad = match self.grads.remove::<B::InnerBackend, D>(param.id) {
+            Some(grad) => grad.reshape([elements]),
+            None => Tensor::zeros([elements], self.device),
+        };
+        self.pieces.push(grad);
+    }
+}
+
+struct UnflattenGrads<B: AutodiffBackend> {
+    grads: GradientsParams,
+    pieces: std::vec::IntoIter<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for UnflattenGrads<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if !trains(param) {
+            return;
+        }
+        let piece = self
+            .pieces
+            .next()
+            .expect("one reduced piece per parameter that trains, in the same order");
+        let dims: [usize; D] = param.val().dims();
+        self.grads
+            .register::<B::InnerBackend, D>(param.id, piece.reshape(dims));
+    }
+}
+
+struct FlattenParams<B: AutodiffBackend> {
+    pieces: Vec<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for FlattenParams<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val().inner();
+        let elements = value.shape().num_elements();
+        self.pieces.push(value.reshape([elements]));
+    }
+}
+
+struct ReplaceParams<B: AutodiffBackend> {
+    pieces: std::vec::IntoIter<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for ReplaceParams<B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let piece = self
+            .pieces
+            .next()
+            .expect("one broadcast piece per float parameter, in the same order");
+        param.map(|tensor| {
+            let dims: [usize; D] = tensor.dims();
+            let value = Tensor::from_inner(piece.reshape(dims));
+            if tensor.is_require_grad() {
+                value.require_grad()
+            } else {
+                value
+            }
+        })
+    }
+}

@@ -1,0 +1,77 @@
+//! A trainer joins a data-parallel run as one of its replicas.
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::grad_sync::broadcast_params;
+use crate::replica::Membership;
+use crate::{Error, Replica, Result, TrainStep, Trainer};
+
+impl<B, M, O, S> Trainer<B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + TrainStep<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    /// Makes this trainer `replica` of a data-parallel run (inside
+    /// [`DataParallel::run`](crate::DataParallel::run)), before training or loading a checkpoint.
+    ///
+    /// Every replica takes rank 0's weights (one broadcast). From then on each optimizer step
+    /// sums the gradients, losses and micro-batch (or item) counts of every replica and
+    /// normalizes by the totals, so all replicas apply the same update; an f16 overflow on any
+    /// replica skips the step on all. Each step reads the reduced statistics back once (the
+    /// all-reduce is a meeting point of all replicas anyway). Only rank 0 writes the
+    /// checkpoints `fit` takes; every replica resumes from the same file.
+    ///
+    /// Every replica must see the same number of batches per epoch (kiln's samplers with
+    /// `RemainderPolicy::Drop` or `Pad`); at the end of an epoch a replica whose window is
+    /// empty still takes part in the flushed step, with zero gradients.
+    pub fn join(&mut self, replica: &Replica<B::Device>) -> Result<()> {
+        if self.membership.is_some() {
+            return Err(Error::InvalidDataParallel {
+                reason: format!("the trainer already joined a run (rank {})", replica.rank()),
+            });
+        }
+        if replica.device() != &self.device {
+            return Err(Error::InvalidDataParallel {
+                reason: format!(
+                    "replica {} runs on {:?}, but the trainer was built on {:?}",
+                    replica.rank(),
+                    replica.device(),
+                    self.device
+                ),
+            });
+        }
+        let membership = Membership {
+            peer: replica.peer(),
+            rank: replica.rank(),
+            world: replica.world(),
+        };
+        // A clone shares the tensors; the trainer keeps its model if the broadcast fails.
+        let model = broadcast_params::<B, M>(self.model().clone(), membership.peer, replica.is_main())
+            .map_err(|message| membership.error("the broadcast of rank 0's weights", message))?;
+        self.model = Some(model);
+        self.membership = Some(membership);
+        Ok(())
+    }
+
+    /// [`join`](Self::join), builder style.
+    pub fn joined(mut self, replica: &Replica<B::Device>) -> Result<Self> {
+        self.join(replica)?;
+        Ok(self)
+    }
+
+    /// This trainer's rank and the world size, once it joined a data-parallel run.
+    pub fn data_parallel_rank(&self) -> Option<(u32, u32)> {
+        self.membership
+            .map(|membership| (membership.rank, membership.world))
+    }
+
+    /// Whether this trainer writes the checkpoints `fit` takes: rank 0, or a single trainer.
+    pub(crate) fn writes_checkpoints(&self) -> bool {
+        self.membership.is_none_or(|membership| membership.rank == 0)
+    }
+}

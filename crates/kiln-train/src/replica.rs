@@ -1,0 +1,83 @@
+//! One replica of a data-parallel run: its ranks, its device and its peer id in the collective.
+
+use burn::collective::PeerId;
+use kiln_core::Shard;
+
+/// One model replica of a data-parallel run, as [`DataParallel::run`](crate::DataParallel::run)
+/// hands it to the closure that trains it.
+///
+/// Give it to the trainer with [`Trainer::join`](crate::Trainer::join), and plan the replica's
+/// data with [`shard`](Self::shard): every replica reads its rank's share of the same global
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica<D> {
+    pub(crate) rank: u32,
+    pub(crate) world: u32,
+    pub(crate) local_rank: u32,
+    pub(crate) node_rank: u32,
+    pub(crate) device: D,
+}
+
+impl<D> Replica<D> {
+    /// This replica's rank among all replicas of all nodes, from zero.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of replicas, all nodes together.
+    pub fn world(&self) -> u32 {
+        self.world
+    }
+
+    /// This replica's rank on its node, from zero.
+    pub fn local_rank(&self) -> u32 {
+        self.local_rank
+    }
+
+    /// The node this replica runs on, from zero.
+    pub fn node_rank(&self) -> u32 {
+        self.node_rank
+    }
+
+    /// The device this replica trains on.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The share of the data this replica plans (kiln's sharding rule: see
+    /// [`Plan`](kiln_core::Plan)).
+    pub fn shard(&self) -> Shard {
+        Shard::new(self.rank, self.world).expect("a replica's rank is below its world size")
+    }
+
+    /// Whether this is rank 0: the replica whose weights every replica starts from, and the
+    /// one that writes checkpoints.
+    pub fn is_main(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// The replica's id in burn-collective (its global rank).
+    pub(crate) fn peer(&self) -> PeerId {
+        PeerId(self.rank)
+    }
+}
+
+/// What a trainer keeps of the replica it joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Membership {
+    pub(crate) peer: PeerId,
+    pub(crate) rank: u32,
+    pub(crate) world: u32,
+}
+
+impl Membership {
+    /// An error of a collective operation, naming this replica and what it was doing.
+    pub(crate) fn error(&self, during: &'static str, message: String) -> crate::Error {
+        crate::Error::Collective {
+            rank: self.rank,
+            world: self.world,
+            during,
+            message,
+        }
+    }
+}
