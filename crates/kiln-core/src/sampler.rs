@@ -60,6 +60,16 @@ pub trait Sampler: Send + Sync {
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         None
     }
+
+    /// The settings as they shape the global stream `request` belongs to: what
+    /// [`data_key`](crate::data_key) saves with a position. The default is
+    /// [`settings_fingerprint`](Sampler::settings_fingerprint); a sharding sampler names the
+    /// global batch (per-rank batch × world) instead of the per-rank one, so a position saved on
+    /// W ranks resumes on W' ranks with the same global batch without being taken for other data.
+    fn stream_fingerprint(&self, request: &PlanRequest) -> Option<Fingerprint> {
+        let _ = request;
+        self.settings_fingerprint()
+    }
 }
 
 impl<T: Sampler + ?Sized> Sampler for &T {
@@ -76,6 +86,9 @@ impl<T: Sampler + ?Sized> Sampler for &T {
     }
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         (**self).settings_fingerprint()
+    }
+    fn stream_fingerprint(&self, request: &PlanRequest) -> Option<Fingerprint> {
+        (**self).stream_fingerprint(request)
     }
 }
 
@@ -94,6 +107,9 @@ impl<T: Sampler + ?Sized> Sampler for Box<T> {
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         (**self).settings_fingerprint()
     }
+    fn stream_fingerprint(&self, request: &PlanRequest) -> Option<Fingerprint> {
+        (**self).stream_fingerprint(request)
+    }
 }
 
 impl<T: Sampler + ?Sized> Sampler for Arc<T> {
@@ -110,5 +126,8 @@ impl<T: Sampler + ?Sized> Sampler for Arc<T> {
     }
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         (**self).settings_fingerprint()
+    }
+    fn stream_fingerprint(&self, request: &PlanRequest) -> Option<Fingerprint> {
+        (**self).stream_fingerprint(request)
     }
 }

@@ -69,10 +69,25 @@ impl<O: GlobalOrder> Sampler for Sharded<O> {
 
     /// The order's settings (when it reports them) and the batch size and remainder policy.
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        self.fingerprint_with_batch(self.sharding.batch_size)
+    }
+
+    /// As [`settings_fingerprint`](Self::settings_fingerprint), with the global batch in place
+    /// of the per-rank one: the global order and its cut into global batches (the tail dropped
+    /// or padded) depend on nothing else, so W ranks at batch b and W' at b·W/W' read one stream.
+    fn stream_fingerprint(&self, request: &PlanRequest) -> Option<Fingerprint> {
+        let world = u64::from(request.shard.world());
+        self.fingerprint_with_batch(self.sharding.batch_size.saturating_mul(world))
+    }
+}
+
+impl<O: GlobalOrder> Sharded<O> {
+    /// The settings fingerprint with `batch` as the batch size (one rank: the two agree).
+    fn fingerprint_with_batch(&self, batch: u64) -> Option<Fingerprint> {
         let builder = Fingerprint::builder()
             .str("kiln-sampler sharded")
             .u64(1)
-            .u64(self.sharding.batch_size)
+            .u64(batch)
             .str(self.sharding.remainder.name());
         let builder = match self.order.settings_fingerprint() {
             Some(order) => builder.u64(1).fingerprint(order),
@@ -145,6 +160,27 @@ mod tests {
             SequentialSampler::new(sharding).settings_fingerprint(),
             all[0],
             "a function of the settings alone"
+        );
+    }
+
+    #[test]
+    fn the_stream_fingerprint_names_the_global_batch() {
+        let request =
+            |world: u32| PlanRequest::new(1, 0).with_shard(Shard::new(0, world).expect("valid"));
+        let sampler = |batch: u64| {
+            BlockShuffleConfig::default()
+                .with_sharding(Sharding::new(batch, RemainderPolicy::Drop))
+                .init()
+                .unwrap()
+        };
+        let two_at_4 = sampler(4).stream_fingerprint(&request(2));
+        assert_eq!(two_at_4, sampler(8).stream_fingerprint(&request(1)));
+        assert_eq!(two_at_4, sampler(2).stream_fingerprint(&request(4)));
+        assert_ne!(two_at_4, sampler(4).stream_fingerprint(&request(1)));
+        // One rank: the stream and the settings agree.
+        assert_eq!(
+            sampler(8).stream_fingerprint(&request(1)),
+            sampler(8).settings_fingerprint()
         );
     }
 }

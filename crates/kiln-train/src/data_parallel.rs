@@ -4,9 +4,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, mpsc};
 
-use burn::collective::{
-    CollectiveConfig, PeerId, finish_collective, register, reset_collective,
-};
+use burn::collective::{CollectiveConfig, PeerId, finish_collective, register, reset_collective};
 use burn::tensor::backend::AutodiffBackend;
 use kiln_core::panic_message;
 
@@ -80,7 +78,9 @@ impl DataParallel {
                 reason: "no devices to run replicas on".to_owned(),
             });
         }
-        let _turn = RUN_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _turn = RUN_LOCK
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let config = self.collective_config(devices.len())?;
         if let Some(node) = &self.node
             && node.start_coordinator

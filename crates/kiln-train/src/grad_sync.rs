@@ -71,7 +71,9 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
         }
     }
     let counts = reduced.pop().expect("the counts were pushed last");
-    let loss_sum = reduced.pop().expect("the loss sum was pushed before the counts");
+    let loss_sum = reduced
+        .pop()
+        .expect("the loss sum was pushed before the counts");
     debug_assert_eq!(reduced.len(), stats);
     let mut unflatten = UnflattenGrads::<B> {
         grads: GradientsParams::new(),
@@ -115,7 +117,8 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     for bucket in buckets(flatten.pieces) {
         let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
         let sent = is_root.then(|| Tensor::cat(bucket, 0).into_primitive().tensor());
-        let value = broadcast::<B::InnerBackend>(peer, sent).map_err(|error| format!("{error:?}"))?;
+        let value =
+            broadcast::<B::InnerBackend>(peer, sent).map_err(|error| format!("{error:?}"))?;
         let value = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(value));
         if sizes.len() == 1 {
             received.push(value);

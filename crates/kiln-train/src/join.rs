@@ -51,8 +51,11 @@ where
             world: replica.world(),
         };
         // A clone shares the tensors; the trainer keeps its model if the broadcast fails.
-        let model = broadcast_params::<B, M>(self.model().clone(), membership.peer, replica.is_main())
-            .map_err(|message| membership.error("the broadcast of rank 0's weights", message))?;
+        let model =
+            broadcast_params::<B, M>(self.model().clone(), membership.peer, replica.is_main())
+                .map_err(|message| {
+                    membership.error("the broadcast of rank 0's weights", message)
+                })?;
         self.model = Some(model);
         self.membership = Some(membership);
         Ok(())
@@ -72,6 +75,7 @@ where
 
     /// Whether this trainer writes the checkpoints `fit` takes: rank 0, or a single trainer.
     pub(crate) fn writes_checkpoints(&self) -> bool {
-        self.membership.is_none_or(|membership| membership.rank == 0)
+        self.membership
+            .is_none_or(|membership| membership.rank == 0)
     }
 }

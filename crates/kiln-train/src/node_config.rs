@@ -193,9 +193,7 @@ mod tests {
             ("MASTER_PORT", "29400"),
             ("KILN_NODE_ADDRESS", "10.0.0.1:29500"),
         ];
-        let node = NodeConfig::from_lookup(lookup(&torchrun))
-            .unwrap()
-            .unwrap();
+        let node = NodeConfig::from_lookup(lookup(&torchrun)).unwrap().unwrap();
         assert_eq!(node.coordinator, "10.0.0.1:29400");
         assert!(node.start_coordinator);
     }
@@ -220,10 +218,14 @@ mod tests {
             ),
         ];
         for (vars, expected) in cases {
-            let error = NodeConfig::from_lookup(lookup(vars)).unwrap_err().to_string();
+            let error = NodeConfig::from_lookup(lookup(vars))
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(expected), "{vars:?}: {error}");
         }
-        let error = NodeConfig::new(0, 2, "no-port", "h:1").unwrap_err().to_string();
+        let error = NodeConfig::new(0, 2, "no-port", "h:1")
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("\"no-port\""), "{error}");
     }
 }

@@ -183,7 +183,7 @@ where
         kiln_core::data_key(
             self.source().fingerprint(),
             request.seed,
-            sampler.settings_fingerprint(),
+            sampler.stream_fingerprint(request),
         )
     }
 

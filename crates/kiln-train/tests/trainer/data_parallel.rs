@@ -63,7 +63,9 @@ fn single_and_parallel<B: AutodiffBackend>(
     let single = {
         let mut trainer = sgd_trainer::<B>(&device, 0.1, config(precision));
         let batches = shard_batches::<B>(0, ROWS_PER_REPLICA * REPLICAS, &device);
-        let summary = trainer.fit(|position| plain(batches.clone(), position)).unwrap();
+        let summary = trainer
+            .fit(|position| plain(batches.clone(), position))
+            .unwrap();
         assert_eq!(summary.counters.optimizer_steps, STEPS as u64);
         assert_eq!(summary.counters.skipped_steps, 0);
         params(trainer.model())
@@ -73,7 +75,12 @@ fn single_and_parallel<B: AutodiffBackend>(
             // Rank 1 starts from other weights: joining gives it rank 0's.
             let model = model::<B>(replica.device(), 1 + 98 * u64::from(replica.rank()));
             let mut trainer = config(precision)
-                .init(model, SgdConfig::new().init(), 0.1, replica.device().clone())?
+                .init(
+                    model,
+                    SgdConfig::new().init(),
+                    0.1,
+                    replica.device().clone(),
+                )?
                 .joined(&replica)?;
             let offset = replica.rank() as usize * ROWS_PER_REPLICA;
             let batches = shard_batches::<B>(offset, ROWS_PER_REPLICA, replica.device());
@@ -90,10 +97,19 @@ fn single_and_parallel<B: AutodiffBackend>(
 fn two_replicas_follow_one_device_at_twice_the_batch<B: AutodiffBackend>(device: B::Device) {
     let initial = params(&model::<B>(&device, 1));
     let (single, replicas) = single_and_parallel::<B>(device.clone(), Precision::F32);
-    assert_eq!(replicas[0], replicas[1], "every replica applies the same update");
-    assert!(max_abs_diff(&single, &initial) > 1e-2, "training moved the weights");
+    assert_eq!(
+        replicas[0], replicas[1],
+        "every replica applies the same update"
+    );
+    assert!(
+        max_abs_diff(&single, &initial) > 1e-2,
+        "training moved the weights"
+    );
     let diff = max_abs_diff(&single, &replicas[0]);
-    assert!(diff <= 1e-5, "f32: replicas differ from one device by {diff}");
+    assert!(
+        diff <= 1e-5,
+        "f32: replicas differ from one device by {diff}"
+    );
 
     for precision in mixed_precisions::<B>(&device) {
         let (single, replicas) = single_and_parallel::<B>(device.clone(), precision);
@@ -123,7 +139,12 @@ fn an_overflow_on_one_replica_skips_the_step_on_all<B: AutodiffBackend>(device: 
             let model = model::<B>(replica.device(), 1);
             let mut trainer = config
                 .clone()
-                .init(model, SgdConfig::new().init(), 0.1, replica.device().clone())?
+                .init(
+                    model,
+                    SgdConfig::new().init(),
+                    0.1,
+                    replica.device().clone(),
+                )?
                 .joined(&replica)?;
             let (inputs, mut targets) = rows(4 * ROWS_PER_REPLICA, 3 + u64::from(replica.rank()));
             if replica.rank() == 1 {
