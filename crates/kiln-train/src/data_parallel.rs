@@ -85,10 +85,10 @@ impl DataParallel {
         if let Some(node) = &self.node
             && node.start_coordinator
         {
-            start_coordinator(node.coordinator_port())?;
+            Self::start_coordinator(node.coordinator_port())?;
         }
         // Forget whatever an earlier, failed run left registered.
-        reset_collective::<B::InnerBackend>();
+        release_waiting::<B>();
 
         let per_node = devices.len() as u32;
         let (node_rank, nodes) = self
@@ -130,8 +130,7 @@ impl DataParallel {
                     Ok(value) => results.push((rank, value)),
                     Err(message) => {
                         if first_failure.is_none() {
-                            // Release the replicas still waiting for this one.
-                            reset_collective::<B::InnerBackend>();
+                            release_waiting::<B>();
                             first_failure = Some((rank, message));
                         }
                     }
@@ -171,6 +170,12 @@ impl DataParallel {
     }
 }
 
+/// Resets burn-collective's server for the backend, which fails every operation a replica waits
+/// in. A server that already died (it panics on what it does not implement) needs no reset.
+fn release_waiting<B: AutodiffBackend>() {
+    let _ = catch_unwind(reset_collective::<B::InnerBackend>);
+}
+
 /// One replica's thread: register, train, leave the collective.
 fn run_replica<B, T, F>(
     replica: Replica<B::Device>,
@@ -193,30 +198,35 @@ where
     Ok(value)
 }
 
-/// Starts burn-collective's global orchestrator on `port` in this process, once: it serves
-/// every later run of the process and stops with it.
-fn start_coordinator(port: u16) -> Result<()> {
-    static STARTED: OnceLock<u16> = OnceLock::new();
-    let started = *STARTED.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("kiln-collective-coordinator".to_owned())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime for the coordinator");
-                runtime.block_on(burn_collective::start_global_orchestrator(port));
-            })
-            .expect("the operating system starts the coordinator thread");
-        port
-    });
-    if started != port {
-        return Err(Error::InvalidDataParallel {
-            reason: format!(
-                "this process already runs a coordinator on port {started}, not {port}"
-            ),
+impl DataParallel {
+    /// Starts burn-collective's global coordinator (its orchestrator) on `port`, on a thread of
+    /// this process, once: it serves every later run and stops with the process. Node 0 calls
+    /// it for you when its [`NodeConfig::start_coordinator`] is set; a launcher that keeps the
+    /// coordinator apart from the nodes calls it itself. Burn's server listens on every
+    /// interface (`0.0.0.0`), so keep the port behind the cluster's firewall.
+    pub fn start_coordinator(port: u16) -> Result<()> {
+        static STARTED: OnceLock<u16> = OnceLock::new();
+        let started = *STARTED.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("kiln-collective-coordinator".to_owned())
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .enable_all()
+                        .build()
+                        .expect("a tokio runtime for the coordinator");
+                    runtime.block_on(burn_collective::start_global_orchestrator(port));
+                })
+                .expect("the operating system starts the coordinator thread");
+            port
         });
+        if started != port {
+            return Err(Error::InvalidDataParallel {
+                reason: format!(
+                    "this process already runs a coordinator on port {started}, not {port}"
+                ),
+            });
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -6,7 +6,7 @@
 //! replica with no gradient for a parameter (an empty window, an unused branch) contributes
 //! zeros, so every replica sends the same shapes in the same order.
 
-use burn::collective::{PeerId, ReduceOperation, all_reduce, broadcast};
+use burn::collective::{PeerId, ReduceOperation, all_reduce};
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -88,12 +88,18 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
 }
 
 /// The sum over every replica of one count, read back to the host (one readback).
+///
+/// Sent as `world` elements: burn-collective's global ring refuses a tensor with fewer elements
+/// than nodes.
 pub(crate) fn all_reduce_count<B: Backend>(
     peer: PeerId,
     count: u64,
+    world: u32,
     device: &B::Device,
 ) -> Result<f64, String> {
-    let local = Tensor::<B, 1>::from_data(TensorData::new(vec![count as f32], [1]), device);
+    let mut values = vec![0.0f32; world.max(1) as usize];
+    values[0] = count as f32;
+    let local = Tensor::<B, 1>::from_data(TensorData::new(values, [world.max(1) as usize]), device);
     let sum = all_reduce::<B>(peer, local.into_primitive().tensor(), ReduceOperation::Sum)
         .map_err(|error| format!("{error:?}"))?;
     let sum = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum));
@@ -103,9 +109,10 @@ pub(crate) fn all_reduce_count<B: Backend>(
         .ok_or_else(|| "the device returned no value".to_owned())
 }
 
-/// Gives every replica the root replica's float parameters (one broadcast per bucket); the
-/// root sends, the others receive and replace theirs. Returns the module with the root's
-/// weights.
+/// Gives every replica the root replica's float parameters: an all-reduce (sum) to which the
+/// root sends its weights and the others zeros, exact in floating point (x + 0 = x), and the
+/// one collective burn-collective 0.21 runs across nodes (its global broadcast is
+/// unimplemented). Returns the module with the root's weights.
 pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: M,
     peer: PeerId,
@@ -116,9 +123,16 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut received = Vec::with_capacity(flatten.pieces.len());
     for bucket in buckets(flatten.pieces) {
         let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
-        let sent = is_root.then(|| Tensor::cat(bucket, 0).into_primitive().tensor());
-        let value =
-            broadcast::<B::InnerBackend>(peer, sent).map_err(|error| format!("{error:?}"))?;
+        let mut sent = Tensor::cat(bucket, 0);
+        if !is_root {
+            sent = sent.zeros_like();
+        }
+        let value = all_reduce::<B::InnerBackend>(
+            peer,
+            sent.into_primitive().tensor(),
+            ReduceOperation::Sum,
+        )
+        .map_err(|error| format!("{error:?}"))?;
         let value = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(value));
         if sizes.len() == 1 {
             received.push(value);

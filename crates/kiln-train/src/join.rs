@@ -19,7 +19,7 @@ where
     /// Makes this trainer `replica` of a data-parallel run (inside
     /// [`DataParallel::run`](crate::DataParallel::run)), before training or loading a checkpoint.
     ///
-    /// Every replica takes rank 0's weights (one broadcast). From then on each optimizer step
+    /// Every replica takes rank 0's weights (an all-reduce to which the others send zeros). From then on each optimizer step
     /// sums the gradients, losses and micro-batch (or item) counts of every replica and
     /// normalizes by the totals, so all replicas apply the same update; an f16 overflow on any
     /// replica skips the step on all. Each step reads the reduced statistics back once (the

@@ -140,6 +140,7 @@ where
                 all_reduce_count::<B::InnerBackend>(
                     membership.peer,
                     u64::from(self.window.micro_batches),
+                    membership.world,
                     &self.device,
                 )
                 .map_err(|message| {

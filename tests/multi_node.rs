@@ -1,0 +1,231 @@
+//! Multi-node data parallelism, for real: two processes on 127.0.0.1, one replica each, meet
+//! through burn-collective's global coordinator (hosted by the test process). The tests start
+//! both processes, bound them in time and stop them.
+//!
+//! burn-collective 0.21's global level completes one operation and hangs in the next: its
+//! end-of-operation sync clears a copy of its peer list, never the list, so the second sync
+//! waits forever (and tracel-ai/burn#4549 reports its reused transfer ids). So the test in CI
+//! proves what works across processes today (node 1 starts from node 0's weights: the first
+//! operation), and the training test waits, ignored, for a fixed Burn.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use burn::optim::SgdConfig;
+use kiln::backend::CpuAutodiff;
+use kiln::core::PlainBatches;
+use kiln::train::{DataParallel, TrainerConfig};
+use kiln_testkit::{MlpConfig, RegressionBatch, TEACHER_INPUTS, teacher_rows};
+
+type B = CpuAutodiff;
+
+const NODES: usize = 2;
+const ROWS_PER_NODE: usize = 4;
+const STEPS: usize = 20;
+/// Both processes must be done by then (they take about a second here).
+const DEADLINE: Duration = Duration::from_secs(180);
+/// Where a node process writes its weights; set only in the processes this test starts.
+const OUT_VARIABLE: &str = "KILN_TEST_NODE_OUT";
+/// Optimizer steps a node process trains (0: it only joins).
+const STEPS_VARIABLE: &str = "KILN_TEST_NODE_STEPS";
+
+/// Rows `[offset, offset + rows)` of every global batch of `ROWS_PER_NODE × NODES` rows.
+fn batches(offset: usize, rows: usize) -> Vec<RegressionBatch<B>> {
+    let global = ROWS_PER_NODE * NODES;
+    let (inputs, targets) = teacher_rows(STEPS * global, 17);
+    (0..STEPS)
+        .map(|step| {
+            let start = step * global + offset;
+            RegressionBatch::from_rows(
+                &inputs[start * TEACHER_INPUTS..(start + rows) * TEACHER_INPUTS],
+                &targets[start..start + rows],
+                &Default::default(),
+            )
+        })
+        .collect()
+}
+
+/// Trains on `batches` with SGD from the seeded model, joined to `replica` if given.
+fn train(
+    batches: Vec<RegressionBatch<B>>,
+    replica: Option<&kiln::train::Replica<burn::tensor::Device<B>>>,
+    seed: u64,
+) -> kiln::train::Result<Vec<f32>> {
+    let model = MlpConfig::new(TEACHER_INPUTS, &[8], 1)
+        .with_seed(seed)
+        .init(&Default::default());
+    let mut trainer = TrainerConfig::new().with_num_epochs(1).init(
+        model,
+        SgdConfig::new().init(),
+        0.1,
+        Default::default(),
+    )?;
+    if let Some(replica) = replica {
+        trainer.join(replica)?;
+    }
+    let steps = batches.len() as u64;
+    if steps == 0 {
+        // Joining only: even an empty epoch ends with a collective (the flush of its window).
+        return Ok(trainer.model().params());
+    }
+    let summary = trainer
+        .fit(|position| PlainBatches::new(batches.clone(), position, RegressionBatch::len))?;
+    assert_eq!(summary.counters.optimizer_steps, steps);
+    Ok(trainer.model().params())
+}
+
+/// The body of one node process (run by the test below, with its variables set): one replica
+/// on this node, its shard of every global batch, its weights written to a file.
+#[test]
+#[ignore = "a node process of the tests below"]
+fn node_process() {
+    let out = std::env::var(OUT_VARIABLE).expect("started by the multi-node test");
+    let steps: usize = std::env::var(STEPS_VARIABLE).unwrap().parse().unwrap();
+    let parallel = DataParallel::from_env().unwrap();
+    assert!(parallel.node().is_some(), "the node variables are set");
+    let params = parallel
+        .run::<B, _, _>(vec![Default::default()], |replica| {
+            let offset = replica.rank() as usize * ROWS_PER_NODE;
+            // Node 1 starts from other weights: joining gives it node 0's.
+            let mut batches = batches(offset, ROWS_PER_NODE);
+            batches.truncate(steps);
+            train(batches, Some(&replica), 1 + u64::from(replica.rank()))
+        })
+        .unwrap();
+    std::fs::write(out, serde_json::to_vec(&params[0]).unwrap()).unwrap();
+}
+
+/// A port free on 127.0.0.1 right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_node(rank: usize, coordinator: u16, steps: usize, out: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "node_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(OUT_VARIABLE, out)
+        .env(STEPS_VARIABLE, steps.to_string())
+        .env("KILN_NUM_NODES", NODES.to_string())
+        .env("KILN_NODE_RANK", rank.to_string())
+        .env("KILN_COORDINATOR", format!("127.0.0.1:{coordinator}"))
+        .env("KILN_NODE_ADDRESS", format!("127.0.0.1:{}", free_port()))
+        // The test process hosts the coordinator, apart from both nodes.
+        .env("KILN_START_COORDINATOR", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for every child until the deadline; kills them all past it. Returns each one's
+/// output when all succeeded, or a message with every output otherwise.
+fn wait_all(mut children: Vec<Child>) -> Result<(), String> {
+    let started = Instant::now();
+    let mut statuses = vec![None; children.len()];
+    let deadline = std::env::var("KILN_TEST_NODE_DEADLINE_S")
+        .ok()
+        .and_then(|seconds| seconds.parse().ok())
+        .map_or(DEADLINE, Duration::from_secs);
+    while statuses.iter().any(Option::is_none) && started.elapsed() < deadline {
+        for (child, status) in children.iter_mut().zip(&mut statuses) {
+            if status.is_none() {
+                *status = child.try_wait().unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let timed_out = statuses.iter().any(Option::is_none);
+    let mut report = String::new();
+    for (rank, child) in children.iter_mut().enumerate() {
+        if timed_out {
+            let _ = child.kill();
+        }
+        let status = child.wait().unwrap();
+        let mut output = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut output)
+            .unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut output)
+            .unwrap();
+        report.push_str(&format!("--- node {rank} ({status}):\n{output}\n"));
+        if !status.success() && !timed_out {
+            return Err(report);
+        }
+    }
+    if timed_out {
+        return Err(format!(
+            "the nodes did not finish within {DEADLINE:?}\n{report}"
+        ));
+    }
+    Ok(())
+}
+
+/// Runs both node processes for `steps` optimizer steps; returns each node's weights.
+fn run_nodes(steps: usize) -> Vec<Vec<f32>> {
+    let directory = tempfile::tempdir().unwrap();
+    let coordinator = free_port();
+    DataParallel::start_coordinator(coordinator).unwrap();
+    let outs: Vec<_> = (0..NODES)
+        .map(|rank| directory.path().join(format!("node-{rank}.json")))
+        .collect();
+    let children = (0..NODES)
+        .map(|rank| start_node(rank, coordinator, steps, &outs[rank]))
+        .collect();
+    if let Err(report) = wait_all(children) {
+        panic!("{report}");
+    }
+    outs.iter()
+        .map(|out| serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap())
+        .collect()
+}
+
+#[test]
+fn two_processes_on_loopback_start_from_node_0s_weights() {
+    let nodes = run_nodes(0);
+    let node_0 = MlpConfig::new(TEACHER_INPUTS, &[8], 1)
+        .with_seed(1)
+        .init::<B>(&Default::default())
+        .params();
+    assert_eq!(nodes[0], node_0, "node 0 keeps its weights");
+    assert_eq!(
+        nodes[1], node_0,
+        "node 1, built from another seed, took node 0's"
+    );
+}
+
+#[test]
+#[ignore = "burn-collective 0.21's global level hangs on its second operation (see the module docs)"]
+fn two_processes_on_loopback_train_as_one_device() {
+    let nodes = run_nodes(STEPS);
+    assert_eq!(nodes[0], nodes[1], "both nodes apply the same updates");
+    let single = train(batches(0, ROWS_PER_NODE * NODES), None, 1).unwrap();
+    let diff = single
+        .iter()
+        .zip(&nodes[0])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        diff <= 1e-5,
+        "two nodes differ from one device at twice the batch by {diff}"
+    );
+}
