@@ -184,6 +184,52 @@ impl Selection {
     }
 }
 
+impl Selection {
+    /// Runs a backend-generic task on `count` devices of the selected kind, for data-parallel
+    /// training: the CPU `count` times (each replica a thread on flex); CUDA devices
+    /// `index..index + count`, an error when the driver reports fewer; the selected Vulkan
+    /// adapter `count` times (wgpu opens one device per adapter: the replicas share it).
+    pub fn run_on_devices<T: DevicesTask>(
+        &self,
+        count: usize,
+        task: T,
+    ) -> Result<T::Output, SelectError> {
+        match self {
+            Selection::Cpu { .. } => Ok(task.run::<CpuAutodiff>(vec![Default::default(); count])),
+            #[cfg(feature = "cuda")]
+            Selection::Cuda { index } => {
+                let available = match cuda_status() {
+                    CudaStatus::Available { devices } => devices,
+                    CudaStatus::Unavailable { .. } => 0,
+                };
+                if index + count > available {
+                    return Err(SelectError::CudaUnavailable {
+                        reason: format!(
+                            "{count} devices from cuda:{index} asked for, the driver reports {available}"
+                        ),
+                    });
+                }
+                let devices = (*index..index + count)
+                    .map(burn::backend::cuda::CudaDevice::new)
+                    .collect();
+                Ok(task.run::<CudaAutodiff>(devices))
+            }
+            #[cfg(not(feature = "cuda"))]
+            Selection::Cuda { .. } => {
+                unreachable!("select() never returns CUDA without the `cuda` feature")
+            }
+            #[cfg(feature = "wgpu")]
+            Selection::Wgpu { kind, .. } => {
+                Ok(task.run::<WgpuAutodiff>(vec![vulkan::device(*kind); count]))
+            }
+            #[cfg(not(feature = "wgpu"))]
+            Selection::Wgpu { .. } => {
+                unreachable!("select() never returns wgpu without the `wgpu` feature")
+            }
+        }
+    }
+}
+
 #[cfg(feature = "profile")]
 impl Selection {
     /// A probe of the selected device's memory pool (Burn's CubeCL pool on wgpu and CUDA) for
@@ -231,6 +277,15 @@ pub trait BackendTask {
     type Output;
     /// Runs the task on backend `B` and its device.
     fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output;
+}
+
+/// Work over several devices of one backend (data-parallel replicas), run by
+/// [`Selection::run_on_devices`].
+pub trait DevicesTask {
+    /// What the task returns.
+    type Output;
+    /// Runs the task on backend `B` and its devices.
+    fn run<B: AutodiffBackend>(self, devices: Vec<B::Device>) -> Self::Output;
 }
 
 /// Why a requested device cannot be used.

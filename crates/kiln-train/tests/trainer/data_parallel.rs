@@ -116,11 +116,11 @@ fn two_replicas_follow_one_device_at_twice_the_batch<B: AutodiffBackend>(device:
         assert_eq!(replicas[0], replicas[1], "{precision}: replicas agree");
         let diff = max_abs_diff(&single, &replicas[0]);
         // The low-precision forward rounds each half-batch's activations on its own: the
-        // stated tolerances (docs/training.md) are 1e-4 in f16 (2e-5 measured on flex)
-        // and 1e-2 in bf16 (2e-3 measured), whose mantissa is 3 bits shorter.
+        // stated tolerances (docs/training.md) are about each type's machine epsilon, 1e-3 in
+        // f16 (2e-5 measured on flex) and 1e-2 in bf16 (2e-3 measured).
         let tolerance = match precision {
             Precision::Bf16Mixed => 1e-2,
-            _ => 1e-4,
+            _ => 1e-3,
         };
         assert!(
             diff <= tolerance,
