@@ -82,6 +82,9 @@ impl DataParallel {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let config = self.collective_config(devices.len())?;
+        if self.node.is_some() {
+            check_one_tokio_worker(std::env::var("TOKIO_WORKER_THREADS").ok().as_deref())?;
+        }
         if let Some(node) = &self.node
             && node.start_coordinator
         {
@@ -105,6 +108,10 @@ impl DataParallel {
                     local_rank: local_rank as u32,
                     node_rank,
                     device,
+                    sessions: match &config {
+                        Settings::Local(_) => None,
+                        Settings::Sessions(configs) => Some(configs.clone()),
+                    },
                 };
                 let config = config.clone();
                 let sender = sender.clone();
@@ -144,30 +151,67 @@ impl DataParallel {
         })
     }
 
-    /// burn-collective's settings for `devices` replicas on this node (and the global level).
-    fn collective_config(&self, devices: usize) -> Result<CollectiveConfig> {
-        let config = CollectiveConfig::default().with_num_devices(devices);
+    /// burn-collective's settings for `devices` replicas on this node: one configuration for a
+    /// single node, registered once; across nodes, the two that sessions alternate between
+    /// (see `collective.rs`).
+    fn collective_config(&self, devices: usize) -> Result<Settings> {
+        let local = CollectiveConfig::default().with_num_devices(devices);
         let Some(node) = &self.node else {
-            return Ok(config);
+            return Ok(Settings::Local(local));
         };
         node.validate()?;
-        let address = |host_port: &str| {
-            format!("ws://{host_port}")
+        let (coordinator_host, coordinator_port) = node.coordinator_host_port();
+        let (node_host, node_port) = node.node_host_port();
+        let address = |host: &str, port: u16| {
+            format!("ws://{host}:{port}")
                 .parse()
                 .expect("an address parses from any string")
         };
-        let config = config
-            .with_num_nodes(node.num_nodes)
-            .with_global_address(address(&node.coordinator))
-            .with_node_address(address(&node.node_address))
-            .with_data_service_port(node.node_port());
-        if !config.is_valid() {
-            return Err(Error::InvalidDataParallel {
-                reason: format!("burn-collective refused the settings {config}"),
-            });
-        }
-        Ok(config)
+        let session = |parity: u16| -> Result<CollectiveConfig> {
+            let config = local
+                .clone()
+                .with_num_nodes(node.num_nodes)
+                .with_global_address(address(coordinator_host, coordinator_port + parity))
+                .with_node_address(address(node_host, node_port + parity))
+                .with_data_service_port(node_port + parity);
+            if config.is_valid() {
+                Ok(config)
+            } else {
+                Err(Error::InvalidDataParallel {
+                    reason: format!("burn-collective refused the settings {config}"),
+                })
+            }
+        };
+        Ok(Settings::Sessions([session(0)?, session(1)?]))
     }
+}
+
+/// How the replicas of a run meet.
+#[derive(Debug, Clone)]
+enum Settings {
+    /// One node: registered once for the run.
+    Local(CollectiveConfig),
+    /// Many nodes: a session per operation, alternating between two configurations.
+    Sessions([CollectiveConfig; 2]),
+}
+
+/// Across nodes, burn-collective 0.21's runtime must run on one worker thread: with more, its
+/// end-of-operation sync can miss the other node's arrival (it checks, then starts waiting, and a
+/// wake-up in between is lost) and wait forever, on this 2-core machine about once per 600
+/// operations. The runtime is Burn's and reads `TOKIO_WORKER_THREADS`, which only the process's
+/// environment can set safely.
+fn check_one_tokio_worker(workers: Option<&str>) -> Result<()> {
+    if workers.map(str::trim) == Some("1") {
+        return Ok(());
+    }
+    Err(Error::InvalidDataParallel {
+        reason: format!(
+            "a multi-node run needs TOKIO_WORKER_THREADS=1 in each node's environment (it is {}): \
+             with more workers burn-collective 0.21 can lose a wake-up and hang (docs/training.md, \
+             \"Many nodes\")",
+            workers.map_or("unset".to_owned(), |value| format!("{value:?}"))
+        ),
+    })
 }
 
 /// Resets burn-collective's server for the backend, which fails every operation a replica waits
@@ -176,16 +220,20 @@ fn release_waiting<B: AutodiffBackend>() {
     let _ = catch_unwind(reset_collective::<B::InnerBackend>);
 }
 
-/// One replica's thread: register, train, leave the collective.
+/// One replica's thread: register, train, leave the collective (on one node; across nodes every
+/// operation registers and leaves by itself).
 fn run_replica<B, T, F>(
     replica: Replica<B::Device>,
-    config: CollectiveConfig,
+    config: Settings,
     train: &F,
 ) -> std::result::Result<T, String>
 where
     B: AutodiffBackend,
     F: Fn(Replica<B::Device>) -> Result<T>,
 {
+    let Settings::Local(config) = config else {
+        return train(replica).map_err(|error| error.to_string());
+    };
     let peer = PeerId(replica.rank);
     register::<B::InnerBackend>(peer, replica.device.clone(), config)
         .map_err(|error| format!("registering with burn-collective: {error:?}"))?;
@@ -199,11 +247,12 @@ where
 }
 
 impl DataParallel {
-    /// Starts burn-collective's global coordinator (its orchestrator) on `port`, on a thread of
-    /// this process, once: it serves every later run and stops with the process. Node 0 calls
-    /// it for you when its [`NodeConfig::start_coordinator`] is set; a launcher that keeps the
+    /// Starts burn-collective's global coordinator (its orchestrator) on `port` and `port + 1`
+    /// (the sessions of a multi-node run alternate between the two), on a thread of this
+    /// process, once: it serves every later run and stops with the process. Node 0 calls it for
+    /// you when its [`NodeConfig::start_coordinator`] is set; a launcher that keeps the
     /// coordinator apart from the nodes calls it itself. Burn's server listens on every
-    /// interface (`0.0.0.0`), so keep the port behind the cluster's firewall.
+    /// interface (`0.0.0.0`), so keep both ports behind the cluster's firewall.
     pub fn start_coordinator(port: u16) -> Result<()> {
         static STARTED: OnceLock<u16> = OnceLock::new();
         let started = *STARTED.get_or_init(|| {
@@ -215,7 +264,13 @@ impl DataParallel {
                         .enable_all()
                         .build()
                         .expect("a tokio runtime for the coordinator");
-                    runtime.block_on(burn_collective::start_global_orchestrator(port));
+                    runtime.block_on(async {
+                        let next = port.checked_add(1).unwrap_or(port);
+                        tokio::join!(
+                            burn_collective::start_global_orchestrator(port),
+                            burn_collective::start_global_orchestrator(next),
+                        )
+                    });
                 })
                 .expect("the operating system starts the coordinator thread");
             port
@@ -228,5 +283,19 @@ impl DataParallel {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_node_runs_ask_for_one_tokio_worker() {
+        assert!(check_one_tokio_worker(Some("1")).is_ok());
+        for workers in [None, Some("2"), Some("")] {
+            let error = check_one_tokio_worker(workers).unwrap_err().to_string();
+            assert!(error.contains("TOKIO_WORKER_THREADS=1"), "{error}");
+        }
     }
 }

@@ -6,11 +6,12 @@
 //! replica with no gradient for a parameter (an empty window, an unused branch) contributes
 //! zeros, so every replica sends the same shapes in the same order.
 
-use burn::collective::{PeerId, ReduceOperation, all_reduce};
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Tensor, TensorData};
+
+use crate::collective::Collective;
 
 /// Elements per bucket (128 MiB of f32): large enough that a step makes few collective calls,
 /// small enough that a bucket's extra copy stays modest.
@@ -30,7 +31,7 @@ pub(crate) struct ReducedWindow<B: AutodiffBackend> {
 /// this replica has none), the loss sum and the `[micro_batches, items]` counts.
 pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
-    peer: PeerId,
+    collective: &Collective,
     grads: Option<GradientsParams>,
     loss_sum: Option<Tensor<B::InnerBackend, 1>>,
     counts: [u64; 2],
@@ -56,14 +57,7 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut reduced = Vec::with_capacity(pieces.len());
     for bucket in buckets(pieces) {
         let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
-        let flat = Tensor::cat(bucket, 0);
-        let sum = all_reduce::<B::InnerBackend>(
-            peer,
-            flat.into_primitive().tensor(),
-            ReduceOperation::Sum,
-        )
-        .map_err(|error| format!("{error:?}"))?;
-        let sum = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(sum));
+        let sum = collective.sum(Tensor::cat(bucket, 0))?;
         if sizes.len() == 1 {
             reduced.push(sum);
         } else {
@@ -92,7 +86,7 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// Sent as `world` elements: burn-collective's global ring refuses a tensor with fewer elements
 /// than nodes.
 pub(crate) fn all_reduce_count<B: Backend>(
-    peer: PeerId,
+    collective: &Collective,
     count: u64,
     world: u32,
     device: &B::Device,
@@ -100,10 +94,9 @@ pub(crate) fn all_reduce_count<B: Backend>(
     let mut values = vec![0.0f32; world.max(1) as usize];
     values[0] = count as f32;
     let local = Tensor::<B, 1>::from_data(TensorData::new(values, [world.max(1) as usize]), device);
-    let sum = all_reduce::<B>(peer, local.into_primitive().tensor(), ReduceOperation::Sum)
-        .map_err(|error| format!("{error:?}"))?;
-    let sum = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum));
-    sum.into_data()
+    collective
+        .sum(local)?
+        .into_data()
         .iter::<f64>()
         .next()
         .ok_or_else(|| "the device returned no value".to_owned())
@@ -115,7 +108,7 @@ pub(crate) fn all_reduce_count<B: Backend>(
 /// unimplemented). Returns the module with the root's weights.
 pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: M,
-    peer: PeerId,
+    collective: &Collective,
     is_root: bool,
 ) -> Result<M, String> {
     let mut flatten = FlattenParams::<B> { pieces: Vec::new() };
@@ -127,13 +120,7 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
         if !is_root {
             sent = sent.zeros_like();
         }
-        let value = all_reduce::<B::InnerBackend>(
-            peer,
-            sent.into_primitive().tensor(),
-            ReduceOperation::Sum,
-        )
-        .map_err(|error| format!("{error:?}"))?;
-        let value = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(value));
+        let value = collective.sum(sent)?;
         if sizes.len() == 1 {
             received.push(value);
         } else {

@@ -46,16 +46,17 @@ where
             });
         }
         let membership = Membership {
-            peer: replica.peer(),
+            collective: replica.collective(),
             rank: replica.rank(),
             world: replica.world(),
         };
         // A clone shares the tensors; the trainer keeps its model if the broadcast fails.
-        let model =
-            broadcast_params::<B, M>(self.model().clone(), membership.peer, replica.is_main())
-                .map_err(|message| {
-                    membership.error("the broadcast of rank 0's weights", message)
-                })?;
+        let model = broadcast_params::<B, M>(
+            self.model().clone(),
+            &membership.collective,
+            replica.is_main(),
+        )
+        .map_err(|message| membership.error("the broadcast of rank 0's weights", message))?;
         self.model = Some(model);
         self.membership = Some(membership);
         Ok(())
@@ -70,12 +71,14 @@ where
     /// This trainer's rank and the world size, once it joined a data-parallel run.
     pub fn data_parallel_rank(&self) -> Option<(u32, u32)> {
         self.membership
+            .as_ref()
             .map(|membership| (membership.rank, membership.world))
     }
 
     /// Whether this trainer writes the checkpoints `fit` takes: rank 0, or a single trainer.
     pub(crate) fn writes_checkpoints(&self) -> bool {
         self.membership
+            .as_ref()
             .is_none_or(|membership| membership.rank == 0)
     }
 }

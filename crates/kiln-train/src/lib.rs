@@ -94,6 +94,7 @@
 mod checkpoint;
 mod checkpoint_file;
 mod clipping;
+mod collective;
 mod config;
 mod counters;
 mod data_parallel;

@@ -8,7 +8,9 @@ use crate::{Error, Result};
 ///
 /// Every node runs the same number of devices; replica `local` of node `n` has global rank
 /// `n × devices + local`. Node 0 starts the coordinator in its own process unless
-/// [`start_coordinator`](Self::start_coordinator) says otherwise.
+/// [`start_coordinator`](Self::start_coordinator) says otherwise.  Each node process needs
+/// `TOKIO_WORKER_THREADS=1` in its environment (burn-collective 0.21's runtime loses wake-ups
+/// with more workers; [`DataParallel::run`](crate::DataParallel::run) refuses to start without).
 ///
 /// ```
 /// use kiln_train::NodeConfig;
@@ -23,9 +25,10 @@ pub struct NodeConfig {
     pub node_rank: u32,
     /// The number of nodes (processes), each with the same number of devices.
     pub num_nodes: u32,
-    /// `host:port` of the coordinator (burn-collective's global orchestrator).
+    /// `host:port` of the coordinator (burn-collective's global orchestrator); it also listens
+    /// on the next port.
     pub coordinator: String,
-    /// `host:port` where this node serves its tensors to the other nodes.
+    /// `host:port` where this node serves its tensors to the other nodes, and the next port too.
     pub node_address: String,
     /// Whether this process starts the coordinator (by default, node 0 does).
     pub start_coordinator: bool,
@@ -119,34 +122,43 @@ impl NodeConfig {
                 self.node_rank, self.num_nodes
             )));
         }
-        port_of("the coordinator address", &self.coordinator)?;
-        port_of("the node address", &self.node_address)?;
+        split("the coordinator address", &self.coordinator)?;
+        split("the node address", &self.node_address)?;
         Ok(())
     }
 
-    /// The coordinator's port.
+    /// The coordinator's port; sessions also use the next one.
     pub fn coordinator_port(&self) -> u16 {
-        port_of("the coordinator address", &self.coordinator).expect("validated on construction")
+        self.coordinator_host_port().1
     }
 
-    /// The port this node serves tensors on.
+    /// The port this node serves tensors on; sessions also use the next one.
     pub fn node_port(&self) -> u16 {
-        port_of("the node address", &self.node_address).expect("validated on construction")
+        self.node_host_port().1
+    }
+
+    pub(crate) fn coordinator_host_port(&self) -> (&str, u16) {
+        split("the coordinator address", &self.coordinator).expect("validated on construction")
+    }
+
+    pub(crate) fn node_host_port(&self) -> (&str, u16) {
+        split("the node address", &self.node_address).expect("validated on construction")
     }
 }
 
-/// The port of a `host:port` address, or an error naming the address.
-fn port_of(what: &str, address: &str) -> Result<u16> {
-    let port = address
+/// The host and port of a `host:port` address (the port below 65535: sessions use the next one
+/// too), or an error naming the address.
+fn split<'a>(what: &str, address: &'a str) -> Result<(&'a str, u16)> {
+    address
         .rsplit_once(':')
         .filter(|(host, _)| !host.is_empty() && !host.contains("://"))
-        .and_then(|(_, port)| port.parse::<u16>().ok())
-        .filter(|port| *port > 0);
-    port.ok_or_else(|| {
-        invalid(format!(
-            "{what} {address:?} is not `host:port` with a port from 1 to 65535"
-        ))
-    })
+        .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+        .filter(|(_, port)| (1..u16::MAX).contains(port))
+        .ok_or_else(|| {
+            invalid(format!(
+                "{what} {address:?} is not `host:port` with a port from 1 to 65534"
+            ))
+        })
 }
 
 fn invalid(reason: String) -> Error {

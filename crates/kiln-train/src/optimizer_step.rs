@@ -51,11 +51,11 @@ where
     fn apply_window(&mut self, step: u64) -> Result<StepReport> {
         let window = std::mem::take(&mut self.window);
         let loss_scale = self.scaler.as_ref().map(|scaler| scaler.scale());
-        let outcome = if let Some(membership) = self.membership {
+        let outcome = if let Some(membership) = self.membership.clone() {
             // Sums over every replica; normalized once the summed counts are read back.
             let reduced = all_reduce_window::<B, M>(
                 self.model(),
-                membership.peer,
+                &membership.collective,
                 window.grads,
                 window.loss_sum,
                 [u64::from(window.micro_batches), window.items],

@@ -1,7 +1,9 @@
 //! One replica of a data-parallel run: its ranks, its device and its peer id in the collective.
 
-use burn::collective::PeerId;
+use burn::collective::{CollectiveConfig, PeerId};
 use kiln_core::Shard;
+
+use crate::collective::Collective;
 
 /// One model replica of a data-parallel run, as [`DataParallel::run`](crate::DataParallel::run)
 /// hands it to the closure that trains it.
@@ -16,6 +18,8 @@ pub struct Replica<D> {
     pub(crate) local_rank: u32,
     pub(crate) node_rank: u32,
     pub(crate) device: D,
+    /// Across nodes: the two alternating session configurations (see `collective.rs`).
+    pub(crate) sessions: Option<[CollectiveConfig; 2]>,
 }
 
 impl<D> Replica<D> {
@@ -60,12 +64,20 @@ impl<D> Replica<D> {
     pub(crate) fn peer(&self) -> PeerId {
         PeerId(self.rank)
     }
+
+    /// How this replica calls the others.
+    pub(crate) fn collective(&self) -> Collective {
+        match &self.sessions {
+            None => Collective::registered(self.peer()),
+            Some(configs) => Collective::per_operation(self.peer(), configs.clone()),
+        }
+    }
 }
 
 /// What a trainer keeps of the replica it joined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Membership {
-    pub(crate) peer: PeerId,
+    pub(crate) collective: Collective,
     pub(crate) rank: u32,
     pub(crate) world: u32,
 }

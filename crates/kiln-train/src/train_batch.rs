@@ -133,12 +133,12 @@ where
     /// In a data-parallel run every replica must call it together: the step runs when any
     /// replica has micro-batches pending (one all-reduce of the counts, read back).
     pub fn finish_window(&mut self) -> Result<Option<StepReport>> {
-        let pending = match self.membership {
+        let pending = match &self.membership {
             None => u64::from(self.window.micro_batches),
             Some(membership) => {
                 self.counters.readbacks += 1;
                 all_reduce_count::<B::InnerBackend>(
-                    membership.peer,
+                    &membership.collective,
                     u64::from(self.window.micro_batches),
                     membership.world,
                     &self.device,
