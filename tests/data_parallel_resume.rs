@@ -47,7 +47,9 @@ fn collate(ids: Vec<u64>) -> (Vec<u64>, RegressionBatch<B>) {
 }
 
 /// The batches one replica trained on: `(epoch, sample ids)` in order.
-type Log = Mutex<Vec<(u64, Vec<u64>)>>;
+type Batches = Vec<(u64, Vec<u64>)>;
+/// A replica's batches, written by its thread.
+type Log = Mutex<Batches>;
 
 /// An epoch's batches, logging each batch's ids as the trainer takes it.
 struct Logged<'a, I> {
@@ -114,7 +116,7 @@ fn run(
     world: u32,
     directory: &std::path::Path,
     max_steps: Option<u64>,
-) -> (Vec<Vec<(u64, Vec<u64>)>>, Vec<f32>) {
+) -> (Vec<Batches>, Vec<f32>) {
     let batch = GLOBAL_BATCH / u64::from(world);
     let logs: Vec<Log> = (0..world).map(|_| Mutex::new(Vec::new())).collect();
     let resume_from = latest_checkpoint(directory).unwrap();
@@ -158,7 +160,7 @@ fn run(
 
 /// The global order the replicas' logs make: global batch k is rank 0's k-th batch, then rank
 /// 1's, and so on (kiln's sharding rule).
-fn global_order(logs: &[Vec<(u64, Vec<u64>)>]) -> Vec<(u64, u64)> {
+fn global_order(logs: &[Batches]) -> Vec<(u64, u64)> {
     let batches = logs[0].len();
     assert!(
         logs.iter().all(|log| log.len() == batches),
