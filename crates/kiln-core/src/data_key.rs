@@ -3,8 +3,10 @@
 use crate::{Fingerprint, Position};
 
 /// The identity of an epoch's data stream: a fingerprint of the layout (its files, their
-/// identities and block sizes), the run's seed and the sampler's settings (when the sampler
-/// reports them, [`Sampler::settings_fingerprint`](crate::Sampler::settings_fingerprint)).
+/// identities and block sizes), the run's seed and the sampler's settings as they shape the
+/// global stream (when the sampler reports them,
+/// [`Sampler::stream_fingerprint`](crate::Sampler::stream_fingerprint): the global batch, not the
+/// per-rank one, so a position resumes on another world size with the same global batch).
 ///
 /// A [`Position`] counts samples of one stream; the same count in another stream (a file
 /// added, another seed, another batch size) points somewhere else. Saving this key beside the

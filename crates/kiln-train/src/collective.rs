@@ -30,6 +30,8 @@ pub(crate) struct Collective {
 struct Sessions {
     configs: [CollectiveConfig; 2],
     operations: AtomicU64,
+    /// burn-collective's global ring refuses tensors shorter than the node count.
+    min_elements: usize,
 }
 
 impl Collective {
@@ -42,12 +44,13 @@ impl Collective {
     }
 
     /// A peer that registers for each operation, alternating between two configurations.
-    pub(crate) fn per_operation(peer: PeerId, configs: [CollectiveConfig; 2]) -> Self {
+    pub(crate) fn per_operation(peer: PeerId, configs: [CollectiveConfig; 2], nodes: u32) -> Self {
         Self {
             peer,
             sessions: Some(Arc::new(Sessions {
                 configs,
                 operations: AtomicU64::new(0),
+                min_elements: nodes as usize,
             })),
         }
     }
@@ -55,11 +58,23 @@ impl Collective {
     /// The element-wise sum of `tensor` over every replica.
     pub(crate) fn sum<B: Backend>(&self, tensor: Tensor<B, 1>) -> Result<Tensor<B, 1>, String> {
         let device = tensor.device();
-        let primitive = tensor.into_primitive().tensor();
+        let elements = tensor.dims()[0];
         let sum = match &self.sessions {
-            None => all_reduce::<B>(self.peer, primitive, ReduceOperation::Sum)
-                .map_err(|error| format!("{error:?}"))?,
+            None => all_reduce::<B>(
+                self.peer,
+                tensor.into_primitive().tensor(),
+                ReduceOperation::Sum,
+            )
+            .map_err(|error| format!("{error:?}"))?,
             Some(sessions) => {
+                // Zeros pad a short tensor to the ring's minimum; the sum is sliced back below.
+                let tensor = if elements < sessions.min_elements {
+                    let padding = Tensor::zeros([sessions.min_elements - elements], &device);
+                    Tensor::cat(vec![tensor, padding], 0)
+                } else {
+                    tensor
+                };
+                let primitive = tensor.into_primitive().tensor();
                 let operation = sessions.operations.fetch_add(1, Ordering::Relaxed);
                 let config = sessions.configs[(operation % 2) as usize].clone();
                 register::<B>(self.peer, device, config)
@@ -71,6 +86,11 @@ impl Collective {
                 sum
             }
         };
-        Ok(Tensor::from_primitive(TensorPrimitive::Float(sum)))
+        let sum = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum));
+        Ok(if sum.dims()[0] > elements {
+            sum.narrow(0, 0, elements)
+        } else {
+            sum
+        })
     }
 }

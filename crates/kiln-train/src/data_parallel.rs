@@ -4,10 +4,15 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, mpsc};
 
-use burn::collective::{CollectiveConfig, PeerId, finish_collective, register, reset_collective};
+use burn::collective::{
+    CollectiveConfig, PeerId, ReduceOperation, all_reduce, finish_collective, register,
+    reset_collective,
+};
+use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_core::panic_message;
 
+use crate::collective::Collective;
 use crate::{Error, NodeConfig, Replica, Result};
 
 /// Runs data-parallel training: one replica per device on this node, and, with a
@@ -102,15 +107,19 @@ impl DataParallel {
         let train = &train;
         std::thread::scope(|scope| {
             for (local_rank, device) in devices.into_iter().enumerate() {
+                let rank = node_rank * per_node + local_rank as u32;
+                let peer = PeerId(rank);
                 let replica = Replica {
-                    rank: node_rank * per_node + local_rank as u32,
+                    rank,
                     world: nodes * per_node,
                     local_rank: local_rank as u32,
                     node_rank,
                     device,
-                    sessions: match &config {
-                        Settings::Local(_) => None,
-                        Settings::Sessions(configs) => Some(configs.clone()),
+                    collective: match &config {
+                        Settings::Local(_) => Collective::registered(peer),
+                        Settings::Sessions(configs) => {
+                            Collective::per_operation(peer, configs.clone(), nodes)
+                        }
                     },
                 };
                 let config = config.clone();
@@ -240,7 +249,21 @@ where
     // A failed replica stays registered: leaving would let the others all-reduce without it
     // (burn-collective counts the peers registered at each call). The launcher resets the
     // collective instead, which fails the others' pending and later operations.
+    let device = replica.device.clone();
+    let world = replica.world;
     let value = train(replica).map_err(|error| error.to_string())?;
+    // Leaving while another replica still trains would let it all-reduce alone: first meet
+    // every replica in a call no training step makes (its length, world + 1, is one no bucket
+    // or count has), so a replica still training fails on the shape instead.
+    let closing = Tensor::<B::InnerBackend, 1>::zeros([world as usize + 1], &device);
+    all_reduce::<B::InnerBackend>(
+        peer,
+        closing.into_primitive().tensor(),
+        ReduceOperation::Sum,
+    )
+    .map_err(|error| {
+        format!("the closing all-reduce (did another replica stop training early?): {error:?}")
+    })?;
     finish_collective::<B::InnerBackend>(peer)
         .map_err(|error| format!("leaving burn-collective: {error:?}"))?;
     Ok(value)
@@ -255,6 +278,16 @@ impl DataParallel {
     /// interface (`0.0.0.0`), so keep both ports behind the cluster's firewall.
     pub fn start_coordinator(port: u16) -> Result<()> {
         static STARTED: OnceLock<u16> = OnceLock::new();
+        // Burn's orchestrator only logs a port it cannot bind, and every node would then wait.
+        if STARTED.get().is_none() {
+            for port in [port, port.saturating_add(1)] {
+                std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|error| {
+                    Error::InvalidDataParallel {
+                        reason: format!("the coordinator cannot listen on port {port}: {error}"),
+                    }
+                })?;
+            }
+        }
         let started = *STARTED.get_or_init(|| {
             std::thread::Builder::new()
                 .name("kiln-collective-coordinator".to_owned())

@@ -196,7 +196,8 @@ where
                     .optimizer_steps
                     .is_multiple_of(checkpoint.every_steps)
         };
-        // Replicas hold the same state: rank 0 alone writes it.
+        // Replicas hold the same weights, optimizer and scaler: rank 0 alone writes them (its
+        // running statistics and host RNG are its own).
         if !due || !self.writes_checkpoints() {
             return Ok(());
         }

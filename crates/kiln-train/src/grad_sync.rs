@@ -82,18 +82,12 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
 }
 
 /// The sum over every replica of one count, read back to the host (one readback).
-///
-/// Sent as `world` elements: burn-collective's global ring refuses a tensor with fewer elements
-/// than nodes.
 pub(crate) fn all_reduce_count<B: Backend>(
     collective: &Collective,
     count: u64,
-    world: u32,
     device: &B::Device,
 ) -> Result<f64, String> {
-    let mut values = vec![0.0f32; world.max(1) as usize];
-    values[0] = count as f32;
-    let local = Tensor::<B, 1>::from_data(TensorData::new(values, [world.max(1) as usize]), device);
+    let local = Tensor::<B, 1>::from_data(TensorData::new(vec![count as f32], [1]), device);
     collective
         .sum(local)?
         .into_data()

@@ -35,6 +35,16 @@ where
                 reason: format!("the trainer already joined a run (rank {})", replica.rank()),
             });
         }
+        if self.counters.micro_batches > 0 || !self.window.is_empty() {
+            return Err(Error::InvalidDataParallel {
+                reason: format!(
+                    "replica {} joins a trainer that already trained {} micro-batches: join before \
+                     training (load checkpoints after joining)",
+                    replica.rank(),
+                    self.counters.micro_batches
+                ),
+            });
+        }
         if replica.device() != &self.device {
             return Err(Error::InvalidDataParallel {
                 reason: format!(

@@ -54,8 +54,8 @@ impl NodeConfig {
         Ok(config)
     }
 
-    /// Reads the node's place from the environment, `None` when `KILN_NUM_NODES` (or
-    /// torchrun's `NNODES`) is unset or 1:
+    /// Reads the node's place from the environment, `None` when `KILN_NUM_NODES` (or `NNODES`,
+    /// as job scripts often name it) is unset or 1:
     ///
     /// | variable | meaning | fallback |
     /// |---|---|---|

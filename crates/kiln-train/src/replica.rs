@@ -1,6 +1,5 @@
 //! One replica of a data-parallel run: its ranks, its device and its peer id in the collective.
 
-use burn::collective::{CollectiveConfig, PeerId};
 use kiln_core::Shard;
 
 use crate::collective::Collective;
@@ -11,15 +10,16 @@ use crate::collective::Collective;
 /// Give it to the trainer with [`Trainer::join`](crate::Trainer::join), and plan the replica's
 /// data with [`shard`](Self::shard): every replica reads its rank's share of the same global
 /// order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Replica<D> {
     pub(crate) rank: u32,
     pub(crate) world: u32,
     pub(crate) local_rank: u32,
     pub(crate) node_rank: u32,
     pub(crate) device: D,
-    /// Across nodes: the two alternating session configurations (see `collective.rs`).
-    pub(crate) sessions: Option<[CollectiveConfig; 2]>,
+    /// How this replica calls the others; across nodes its session count is shared by every
+    /// trainer that joins the replica, so sessions keep alternating (see `collective.rs`).
+    pub(crate) collective: Collective,
 }
 
 impl<D> Replica<D> {
@@ -60,17 +60,9 @@ impl<D> Replica<D> {
         self.rank == 0
     }
 
-    /// The replica's id in burn-collective (its global rank).
-    pub(crate) fn peer(&self) -> PeerId {
-        PeerId(self.rank)
-    }
-
     /// How this replica calls the others.
     pub(crate) fn collective(&self) -> Collective {
-        match &self.sessions {
-            None => Collective::registered(self.peer()),
-            Some(configs) => Collective::per_operation(self.peer(), configs.clone()),
-        }
+        self.collective.clone()
     }
 }
 
@@ -85,6 +77,14 @@ pub(crate) struct Membership {
 impl Membership {
     /// An error of a collective operation, naming this replica and what it was doing.
     pub(crate) fn error(&self, during: &'static str, message: String) -> crate::Error {
+        let message = if message.contains("Mismatch") {
+            format!(
+                "{message}: the replicas made different collective calls (unequal batches per \
+                 epoch, or code that runs on some ranks only: see docs/training.md, Data parallelism)"
+            )
+        } else {
+            message
+        };
         crate::Error::Collective {
             rank: self.rank,
             world: self.world,

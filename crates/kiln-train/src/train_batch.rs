@@ -87,7 +87,9 @@ where
         let loss = output.loss.cast(FloatDType::F32);
 
         let detached = loss.clone().detach().inner();
-        if self.config.detect_anomalies {
+        // A replica checks the reduced loss at the step instead, together with the others: an
+        // error here would leave them waiting in the all-reduce.
+        if self.config.detect_anomalies && self.membership.is_none() {
             self.counters.readbacks += 1;
             let value = read_scalar(detached.clone(), "the anomaly check of the loss")?;
             if !value.is_finite() {
@@ -128,7 +130,7 @@ where
     }
 
     /// Runs the optimizer step for a partially filled window now (normalized by its own
-    /// micro-batch count); `None` when nothing is pending.
+    /// micro-batch count, or by all replicas' once joined); `None` when nothing is pending.
     ///
     /// In a data-parallel run every replica must call it together: the step runs when any
     /// replica has micro-batches pending (one all-reduce of the counts, read back).
@@ -140,7 +142,6 @@ where
                 all_reduce_count::<B::InnerBackend>(
                     &membership.collective,
                     u64::from(self.window.micro_batches),
-                    membership.world,
                     &self.device,
                 )
                 .map_err(|message| {

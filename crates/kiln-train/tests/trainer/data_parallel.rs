@@ -4,7 +4,7 @@
 use burn::optim::SgdConfig;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_train::{
-    DataParallel, Error, GradientClipping, LossScalerConfig, Precision, TrainerConfig,
+    DataParallel, Error, GradientClipping, LossScalerConfig, Precision, Replica, TrainerConfig,
 };
 
 use crate::backend_tests;
@@ -19,6 +19,8 @@ backend_tests!(
     two_replicas_follow_one_device_at_twice_the_batch,
     an_overflow_on_one_replica_skips_the_step_on_all,
     a_failing_replica_stops_the_others,
+    a_replica_with_an_empty_last_window_steps_with_the_others,
+    a_replica_that_stops_early_fails_the_run,
 );
 
 fn config(precision: Precision) -> TrainerConfig {
@@ -32,6 +34,24 @@ fn config(precision: Precision) -> TrainerConfig {
             init_scale: 1024.0,
             ..LossScalerConfig::default()
         })
+}
+
+/// A trainer of `model(device, seed)` with SGD at 0.1, joined to `replica`.
+fn joined_trainer<B: AutodiffBackend>(
+    replica: &Replica<B::Device>,
+    config: TrainerConfig,
+    seed: u64,
+) -> kiln_train::Result<
+    kiln_train::Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B> + use<B>, f64>,
+> {
+    config
+        .init(
+            model::<B>(replica.device(), seed),
+            SgdConfig::new().init(),
+            0.1,
+            replica.device().clone(),
+        )?
+        .joined(replica)
 }
 
 /// Rows `[offset, offset + rows)` of every global batch of `ROWS_PER_REPLICA × REPLICAS` rows.
@@ -73,15 +93,11 @@ fn single_and_parallel<B: AutodiffBackend>(
     let replicas = DataParallel::local()
         .run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
             // Rank 1 starts from other weights: joining gives it rank 0's.
-            let model = model::<B>(replica.device(), 1 + 98 * u64::from(replica.rank()));
-            let mut trainer = config(precision)
-                .init(
-                    model,
-                    SgdConfig::new().init(),
-                    0.1,
-                    replica.device().clone(),
-                )?
-                .joined(&replica)?;
+            let mut trainer = joined_trainer::<B>(
+                &replica,
+                config(precision),
+                1 + 98 * u64::from(replica.rank()),
+            )?;
             let offset = replica.rank() as usize * ROWS_PER_REPLICA;
             let batches = shard_batches::<B>(offset, ROWS_PER_REPLICA, replica.device());
             let summary = trainer.fit(|position| plain(batches.clone(), position))?;
@@ -136,16 +152,7 @@ fn an_overflow_on_one_replica_skips_the_step_on_all<B: AutodiffBackend>(device: 
     let config = config(Precision::F16Mixed).with_accumulation_steps(1);
     let outcomes = DataParallel::local()
         .run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
-            let model = model::<B>(replica.device(), 1);
-            let mut trainer = config
-                .clone()
-                .init(
-                    model,
-                    SgdConfig::new().init(),
-                    0.1,
-                    replica.device().clone(),
-                )?
-                .joined(&replica)?;
+            let mut trainer = joined_trainer::<B>(&replica, config.clone(), 1)?;
             let (inputs, mut targets) = rows(4 * ROWS_PER_REPLICA, 3 + u64::from(replica.rank()));
             if replica.rank() == 1 {
                 // Overflows f16 in the loss of the second step on rank 1 only.
@@ -174,14 +181,7 @@ fn an_overflow_on_one_replica_skips_the_step_on_all<B: AutodiffBackend>(device: 
 
 fn a_failing_replica_stops_the_others<B: AutodiffBackend>(device: B::Device) {
     let result = DataParallel::local().run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
-        let mut trainer = config(Precision::F32)
-            .init(
-                model::<B>(replica.device(), 1),
-                SgdConfig::new().init(),
-                0.1,
-                replica.device().clone(),
-            )?
-            .joined(&replica)?;
+        let mut trainer = joined_trainer::<B>(&replica, config(Precision::F32), 1)?;
         if replica.rank() == 1 {
             return Err(Error::InvalidDataParallel {
                 reason: "rank 1 gives up".to_owned(),
@@ -203,4 +203,70 @@ fn a_failing_replica_stops_the_others<B: AutodiffBackend>(device: B::Device) {
         .run::<B, _, _>(vec![device; REPLICAS], |replica| Ok(replica.rank()))
         .unwrap();
     assert_eq!(ranks, vec![0, 1]);
+}
+
+/// Rank 0 has one batch more than rank 1 at the epoch's end: the flushed step runs on both, rank
+/// 1 sending zeros and no micro-batch, so it equals one device stepping on rank 0's last batch.
+fn a_replica_with_an_empty_last_window_steps_with_the_others<B: AutodiffBackend>(
+    device: B::Device,
+) {
+    let config = || config(Precision::F32).with_clipping(None);
+    let global = shard_batches::<B>(0, ROWS_PER_REPLICA * REPLICAS, &device);
+    let mut single = sgd_trainer::<B>(&device, 0.1, config());
+    let mut batches = global[..2].to_vec();
+    batches.extend(
+        shard_batches::<B>(0, ROWS_PER_REPLICA, &device)
+            .into_iter()
+            .nth(2),
+    );
+    let summary = single
+        .fit(|position| plain(batches.clone(), position))
+        .unwrap();
+    assert_eq!(summary.counters.optimizer_steps, 2);
+
+    let replicas = DataParallel::local()
+        .run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
+            let mut trainer = joined_trainer::<B>(&replica, config(), 1)?;
+            let offset = replica.rank() as usize * ROWS_PER_REPLICA;
+            let mut batches = shard_batches::<B>(offset, ROWS_PER_REPLICA, replica.device());
+            batches.truncate(3 - replica.rank() as usize);
+            let summary = trainer.fit(|position| plain(batches.clone(), position))?;
+            assert_eq!(summary.counters.optimizer_steps, 2);
+            Ok(params(trainer.model()))
+        })
+        .unwrap();
+    assert_eq!(replicas[0], replicas[1]);
+    let diff = max_abs_diff(&params(single.model()), &replicas[0]);
+    assert!(
+        diff <= 1e-5,
+        "the flushed step differs from one device by {diff}"
+    );
+}
+
+/// A replica that returns while another still trains does not leave it training alone: the
+/// closing call of the one meets a gradient all-reduce of the other, and both fail.
+fn a_replica_that_stops_early_fails_the_run<B: AutodiffBackend>(device: B::Device) {
+    let result = DataParallel::local().run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
+        let mut trainer = joined_trainer::<B>(&replica, config(Precision::F32), 1)?;
+        if replica.rank() == 0 {
+            let batches = shard_batches::<B>(0, ROWS_PER_REPLICA, replica.device());
+            trainer.fit(|position| plain(batches.clone(), position))?;
+        }
+        Ok(())
+    });
+    let error = result.unwrap_err().to_string();
+    assert!(error.contains("Mismatch"), "{error}");
+
+    // Joining comes before training.
+    let mut trained = sgd_trainer::<B>(&device, 0.1, config(Precision::F32));
+    let batches = shard_batches::<B>(0, ROWS_PER_REPLICA, &device);
+    trained.train_batch(batches[0].clone()).unwrap();
+    let refused = DataParallel::local().run::<B, _, _>(vec![device], |replica| {
+        // One replica: the trainer built outside is on the same device.
+        let mut trained = sgd_trainer::<B>(replica.device(), 0.1, config(Precision::F32));
+        trained.train_batch(batches[0].clone())?;
+        trained.join(&replica)
+    });
+    let error = refused.unwrap_err().to_string();
+    assert!(error.contains("join before training"), "{error}");
 }
