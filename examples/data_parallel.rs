@@ -22,19 +22,14 @@
 use std::time::Instant;
 
 use anyhow::{Context, ensure};
-use burn::module::Module;
-use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::SgdConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
 use kiln::backend::{DevicePreference, DevicesTask, select};
 use kiln::core::{Fingerprint, Layout, PlainBatches, PlanRequest, Sampler, Shard};
 use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
-use kiln::train::{
-    Autocast, DataParallel, LossScalerConfig, Precision, StepOutput, TrainStep, TrainerConfig,
-};
+use kiln::train::{DataParallel, LossScalerConfig, Precision, TrainerConfig};
+use kiln_testkit::{Mlp, MlpConfig, RegressionBatch};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -78,94 +73,12 @@ const FEATURES: usize = 16;
 /// Rows per file of the synthetic dataset (two blocks of half that each).
 const ROWS_PER_FILE: u64 = 64;
 
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    layers: Vec<Linear<B>>,
-    activation: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    /// Weights drawn from a host RNG, so every replica (and the single run) can build any seed.
-    fn new(width: usize, seed: u64, device: &B::Device) -> Self {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let widths = [FEATURES, width, width, 1];
-        let layers = widths
-            .windows(2)
-            .map(|pair| {
-                let mut linear = LinearConfig::new(pair[0], pair[1]).init::<B>(device);
-                let bound = 1.0 / (pair[0] as f32).sqrt();
-                let mut draw = |len: usize| -> Vec<f32> {
-                    (0..len).map(|_| rng.random_range(-bound..bound)).collect()
-                };
-                linear.weight = burn::module::Param::from_tensor(Tensor::from_data(
-                    TensorData::new(draw(pair[0] * pair[1]), [pair[0], pair[1]]),
-                    device,
-                ));
-                linear.bias = Some(burn::module::Param::from_tensor(Tensor::from_data(
-                    TensorData::new(draw(pair[1]), [pair[1]]),
-                    device,
-                )));
-                linear
-            })
-            .collect();
-        Self {
-            layers,
-            activation: Relu::new(),
-        }
-    }
-
-    fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
-        let last = self.layers.len() - 1;
-        self.layers
-            .iter()
-            .enumerate()
-            .fold(inputs, |x, (index, layer)| {
-                let x = layer.forward(x);
-                if index < last {
-                    self.activation.forward(x)
-                } else {
-                    x
-                }
-            })
-    }
-
-    fn params(&self) -> Vec<f32> {
-        self.layers
-            .iter()
-            .flat_map(|layer| {
-                let mut values: Vec<f32> = layer.weight.val().into_data().iter::<f32>().collect();
-                if let Some(bias) = &layer.bias {
-                    values.extend(bias.val().into_data().iter::<f32>());
-                }
-                values
-            })
-            .collect()
-    }
-}
-
-#[derive(Clone)]
-struct Batch<B: Backend> {
-    inputs: Tensor<B, 2>,
-    targets: Tensor<B, 2>,
-}
-
-impl<B: Backend> Batch<B> {
-    fn len(&self) -> usize {
-        self.inputs.dims()[0]
-    }
-}
-
-impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
-    type Input = Batch<B>;
-    type Output = ();
-
-    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
-        let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
-        StepOutput::new(
-            MseLoss::new().forward(predictions, batch.targets, Reduction::Mean),
-            (),
-        )
-    }
+/// The model: kiln-testkit's seeded MLP (FEATURES → width → width → 1, mean squared error), so
+/// every replica and the single run can build any seed's weights on the host.
+fn model<B: Backend>(width: usize, seed: u64, device: &B::Device) -> Mlp<B> {
+    MlpConfig::new(FEATURES, &[width, width], 1)
+        .with_seed(seed)
+        .init(device)
 }
 
 /// The dataset: every sample's features and target, a pure function of the seed.
@@ -214,7 +127,7 @@ impl Dataset {
         per_batch: usize,
         shard: Shard,
         device: &B::Device,
-    ) -> anyhow::Result<Vec<Batch<B>>> {
+    ) -> anyhow::Result<Vec<RegressionBatch<B>>> {
         let sampler = BlockShuffleConfig::default()
             .with_sharding(Sharding::new(per_batch as u64, RemainderPolicy::Drop))
             .init()?;
@@ -231,13 +144,7 @@ impl Dataset {
                     inputs.extend_from_slice(&self.inputs[id * FEATURES..(id + 1) * FEATURES]);
                     targets.push(self.targets[id]);
                 }
-                Batch {
-                    inputs: Tensor::from_data(
-                        TensorData::new(inputs, [ids.len(), FEATURES]),
-                        device,
-                    ),
-                    targets: Tensor::from_data(TensorData::new(targets, [ids.len(), 1]), device),
-                }
+                RegressionBatch::from_rows(&inputs, &targets, device)
             })
             .collect())
     }
@@ -289,14 +196,14 @@ impl DevicesTask for Compare {
             "the plan has every micro-batch"
         );
         let mut single = config(args).init(
-            Mlp::<B>::new(args.width, args.seed, &device),
+            model::<B>(args.width, args.seed, &device),
             SgdConfig::new().init(),
             args.learning_rate,
             device.clone(),
         )?;
         let started = Instant::now();
-        let summary =
-            single.fit(|position| PlainBatches::new(batches.clone(), position, Batch::len))?;
+        let summary = single
+            .fit(|position| PlainBatches::new(batches.clone(), position, RegressionBatch::len))?;
         let single_seconds = started.elapsed().as_secs_f64();
         ensure!(summary.counters.optimizer_steps == args.steps as u64);
 
@@ -309,13 +216,14 @@ impl DevicesTask for Compare {
                     reason: format!("planning rank {}: {error}", replica.rank()),
                 })?;
             // Every replica but rank 0 starts from other weights: joining replaces them.
-            let model = Mlp::<B>::new(args.width, args.seed + u64::from(replica.rank()), &device);
+            let model = model::<B>(args.width, args.seed + u64::from(replica.rank()), &device);
             let mut trainer = config(args)
                 .init(model, SgdConfig::new().init(), args.learning_rate, device)?
                 .joined(&replica)?;
             let started = Instant::now();
-            let summary =
-                trainer.fit(|position| PlainBatches::new(batches.clone(), position, Batch::len))?;
+            let summary = trainer.fit(|position| {
+                PlainBatches::new(batches.clone(), position, RegressionBatch::len)
+            })?;
             let seconds = started.elapsed().as_secs_f64();
             Ok((summary, seconds, trainer.model().params()))
         })?;
