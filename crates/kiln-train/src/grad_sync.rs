@@ -50,7 +50,7 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
         TensorData::new(vec![counts[0] as f32, counts[1] as f32], [2]),
         device,
     );
-    let stats = pieces.len();
+    let grad_pieces = pieces.len();
     pieces.push(loss_sum);
     pieces.push(counts);
 
@@ -68,7 +68,7 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
     let loss_sum = reduced
         .pop()
         .expect("the loss sum was pushed before the counts");
-    debug_assert_eq!(reduced.len(), stats);
+    debug_assert_eq!(reduced.len(), grad_pieces);
     let mut unflatten = UnflattenGrads::<B> {
         grads: GradientsParams::new(),
         pieces: reduced.into_iter(),
@@ -150,11 +150,6 @@ fn buckets<B: Backend>(pieces: Vec<Tensor<B, 1>>) -> Vec<Vec<Tensor<B, 1>>> {
     buckets
 }
 
-/// Whether a parameter takes part in training (and so in the gradient all-reduce).
-fn trains<B: AutodiffBackend, const D: usize>(param: &Param<Tensor<B, D>>) -> bool {
-    param.val().is_require_grad()
-}
-
 struct FlattenGrads<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
     device: &'a B::Device,
@@ -163,11 +158,12 @@ struct FlattenGrads<'a, B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for FlattenGrads<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if !trains(param) {
+        // One look at the value: whether it trains (and so takes part) and its size.
+        let value = param.val();
+        if !value.is_require_grad() {
             return;
         }
-        let shape = param.val().shape();
-        let elements = shape.num_elements();
+        let elements = value.shape().num_elements();
         let grad = match self.grads.remove::<B::InnerBackend, D>(param.id) {
             Some(grad) => grad.reshape([elements]),
             None => Tensor::zeros([elements], self.device),
@@ -183,14 +179,15 @@ struct UnflattenGrads<B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for UnflattenGrads<B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if !trains(param) {
+        let value = param.val();
+        if !value.is_require_grad() {
             return;
         }
         let piece = self
             .pieces
             .next()
             .expect("one reduced piece per parameter that trains, in the same order");
-        let dims: [usize; D] = param.val().dims();
+        let dims: [usize; D] = value.dims();
         self.grads
             .register::<B::InnerBackend, D>(param.id, piece.reshape(dims));
     }
