@@ -36,6 +36,12 @@ pub struct Row {
     pub features: [f32; 16],
 }
 
+/// The 16 feature columns, in order.
+pub const FEATURES: [&str; 16] = [
+    "f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10", "f11", "f12", "f13", "f14",
+    "f15",
+];
+
 /// The decoder of the synthetic schema.
 pub fn row_decoder() -> impl RowDecoder<Item = Row> + Clone {
     decoder_fn("event-row", 1, |batch: &RecordBatch| {

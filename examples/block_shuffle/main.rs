@@ -4,13 +4,18 @@
 //! 1. Writes a seeded synthetic dataset: `--rows` events of 80 bytes (16 float32 features, an
 //!    int64 id and an int64 label) over `--files` Snappy Parquet files of uneven size (about
 //!    20x between the smallest and the largest), in row groups of at most `--row-group-rows`.
-//! 2. Measures full epochs through kiln-data's `Loader` (warm page cache, `--workers` threads).
+//! 2. Measures full epochs through kiln-data's `Loader` (warm page cache, `--workers` threads),
+//!    collating column by column (`--collate columnar`, the default: `columnar_fn` over the
+//!    decoded Arrow chunks) or per sample (`--collate per-sample`: a `RowDecoder` of `Row`s).
 //!    Sequential and block-shuffle epochs run side by side in `--repeats` rounds of 3
 //!    back-to-back epochs each (every epoch announces the next with `Epoch::prefetch_next`);
 //!    the figures are the medians of the 2nd and 3rd epochs, and of the 1st for "one epoch with
 //!    its start-up"; the block shuffle / sequential ratios are medians of per-round ratios, so
 //!    load that drifts between rounds (a shared machine) cancels out:
 //!    - sequential: `SequentialSampler`;
+//!    - the decoder alone: parquet-rs decoding every file whole on `--workers` threads (rayon),
+//!      nothing batched, timed once per round; the loader's ratios to it are medians of
+//!      per-round ratios;
 //!    - naive per-sample random access: for each sample of a uniform permutation, open its file,
 //!      parse the footer, decode its row group and keep one row, as a map-style dataset does. Only
 //!      `--random-reads` reads are timed and the rate is extrapolated to the epoch;
@@ -45,7 +50,7 @@ use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
 use caching::{Caching, CachingSetup};
 use dataset::{DatasetSpec, row_decoder, write_dataset};
 use graph::BuildGraph;
-use reading::{Reading, ReadingSetup};
+use reading::{CollateMode, Reading, ReadingSetup};
 
 /// Block shuffle vs sequential vs naive random reads over many Parquet files, and a
 /// preprocessing cache vs recomputation.
@@ -68,8 +73,10 @@ struct Args {
     /// parallelism, at most 8).
     #[arg(long)]
     workers: Option<usize>,
-    /// Batches the loader assembles ahead of the consumer.
-    #[arg(long, default_value_t = 8)]
+    /// Batches the loader assembles ahead of the consumer. Deep, because these batches are
+    /// small (64 rows of 80 bytes): a deep window lets the workers collate runs of batches per
+    /// wake-up instead of one (2-3x the rows per second of a window of 8 on 2 cores).
+    #[arg(long, default_value_t = 64)]
     prefetch_batches: usize,
     /// Seed of the dataset and of the samplers.
     #[arg(long, default_value_t = 42)]
@@ -92,6 +99,10 @@ struct Args {
     /// example's segments are about 200 KB; 0 maps every one).
     #[arg(long, default_value_t = kiln::cache::DEFAULT_MMAP_THRESHOLD)]
     mmap_threshold: u64,
+    /// How the loader collates batches: column by column from the decoded Arrow chunks, or
+    /// one decoded value per sample.
+    #[arg(long, value_enum, default_value_t = CollateMode::Columnar)]
+    collate: CollateMode,
     /// Write the figures as one JSON object to this path.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -158,6 +169,8 @@ fn main() -> Result<()> {
         rounds: args.repeats as u64,
         seed: args.seed,
         random_reads: args.random_reads,
+        paths: &paths,
+        collate: args.collate,
     })?;
     let cache_dir = tempfile::tempdir()?;
     let caching = caching::measure(
@@ -196,10 +209,16 @@ fn print_report(args: &Args, workers: usize, reading: &Reading, caching: &Cachin
     let line = |label: &str, rows_per_s: f64| println!("{label:<46} {rows_per_s:>14.0}");
     println!();
     println!(
-        "workers: {workers}, batch size {}, prefetch {} batches, warm page cache",
-        args.batch_size, args.prefetch_batches
+        "workers: {workers}, batch size {}, prefetch {} batches, {} collation, warm page cache",
+        args.batch_size,
+        args.prefetch_batches,
+        args.collate.name()
     );
     println!("{:<46} {:>14}", "epoch", "rows/s");
+    line(
+        &format!("parquet-rs decoding alone ({workers} threads)"),
+        reading.raw_decode_rows_per_s,
+    );
     line(
         "sequential (back-to-back epochs)",
         reading.sequential_rows_per_s,
@@ -232,6 +251,10 @@ fn print_report(args: &Args, workers: usize, reading: &Reading, caching: &Cachin
     );
     line("cache hits", caching.cached_rows_per_s);
     println!();
+    println!(
+        "loader vs the decoder alone: sequential {:.2}x, block shuffle {:.2}x",
+        reading.sequential_vs_raw_decode, reading.block_shuffle_vs_raw_decode
+    );
     println!(
         "block shuffle: {:.2}x sequential ({:.2}x for one epoch), {:.0}x naive random; plan built \
          in {:.3} s; loader holds at most {} samples",
@@ -286,6 +309,10 @@ fn json_report(
         "seed": args.seed,
         "repeats": args.repeats,
         "dataset_bytes": dataset_bytes,
+        "collate": args.collate.name(),
+        "raw_decode_rows_per_s": reading.raw_decode_rows_per_s,
+        "sequential_vs_raw_decode": reading.sequential_vs_raw_decode,
+        "block_shuffle_vs_raw_decode": reading.block_shuffle_vs_raw_decode,
         "sequential_rows_per_s": reading.sequential_rows_per_s,
         "random_rows_per_s": reading.random_rows_per_s,
         "random_timed_reads": reading.random_timed_reads,

@@ -2,17 +2,42 @@
 //! random access.
 
 use std::hint::black_box;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use kiln::core::{BlockLayout, PlanRequest, SampleId, Sampler};
+use clap::ValueEnum;
+use kiln::core::{BlockLayout, BlockSource, PlanRequest, SampleId, Sampler};
+use kiln::data::arrow_array::RecordBatch;
 use kiln::data::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use kiln::data::{Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn};
+use kiln::data::{
+    Collate, Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn, columnar_fn, float_matrix,
+};
 use kiln::sampler::{BlockShuffleSampler, RandomSampler, SequentialSampler, Sharding};
+use rayon::prelude::*;
 
-use crate::dataset::Row;
+use crate::dataset::{FEATURES, Row};
 use crate::timing::{CHAIN_EPOCHS, median, run_chain};
+
+/// How the loader turns a batch's rows into the `[batch, 16]` feature matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CollateMode {
+    /// Column by column from the decoded Arrow chunks (`columnar_fn` over `ArrowRow`s).
+    Columnar,
+    /// One `Row` value per sample (a `RowDecoder`), stacked by `collate_fn`.
+    PerSample,
+}
+
+impl CollateMode {
+    /// The name in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Columnar => "columnar",
+            Self::PerSample => "per-sample",
+        }
+    }
+}
 
 /// The reading figures, in rows per second unless named otherwise.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +63,13 @@ pub struct Reading {
     pub random_rows_per_s: f64,
     /// Naive reads timed.
     pub random_timed_reads: usize,
+    /// parquet-rs alone decoding every file on the loader's thread count: the median over
+    /// rounds.
+    pub raw_decode_rows_per_s: f64,
+    /// Median over rounds of the round's sequential (back-to-back) rate / its raw decode rate.
+    pub sequential_vs_raw_decode: f64,
+    /// The same for the block shuffle.
+    pub block_shuffle_vs_raw_decode: f64,
 }
 
 /// What the reading measurement needs.
@@ -56,6 +88,10 @@ pub struct ReadingSetup<'a, D> {
     pub seed: u64,
     /// Naive random reads to time.
     pub random_reads: usize,
+    /// The dataset's files (for the raw decode).
+    pub paths: &'a [PathBuf],
+    /// How the loader collates.
+    pub collate: CollateMode,
 }
 
 /// Runs rounds of back-to-back sequential epochs, then block-shuffle epochs, each epoch
@@ -64,14 +100,41 @@ pub struct ReadingSetup<'a, D> {
 pub fn measure<D: RowDecoder<Item = Row> + 'static>(
     setup: &ReadingSetup<'_, D>,
 ) -> Result<Reading> {
+    match setup.collate {
+        CollateMode::PerSample => {
+            let stack = collate_fn(|rows: Vec<Row>| {
+                rows.iter()
+                    .flat_map(|row| row.features)
+                    .collect::<Vec<f32>>()
+            });
+            let loader = Loader::with_shared_source(Arc::clone(setup.source), stack, setup.config)?;
+            measure_with(setup, &loader)
+        }
+        CollateMode::Columnar => {
+            // The same files, rows as handles on their decoded chunks.
+            let source = ParquetSource::builder().files(setup.paths).build()?;
+            let matrix = columnar_fn(|columns: RecordBatch| {
+                float_matrix(&columns, &FEATURES).expect("the dataset's 16 feature columns")
+            });
+            let loader = Loader::new(source, matrix, setup.config)?;
+            measure_with(setup, &loader)
+        }
+    }
+}
+
+fn measure_with<D, S, C>(setup: &ReadingSetup<'_, D>, loader: &Loader<S, C>) -> Result<Reading>
+where
+    D: RowDecoder<Item = Row> + 'static,
+    S: BlockSource + BlockLayout + 'static,
+    S::Item: Clone + 'static,
+    C: Collate<S::Item, Output = Vec<f32>> + 'static,
+{
     let source = setup.source;
     let rows = source.num_samples() as f64;
-    let stack = collate_fn(|rows: Vec<Row>| {
-        rows.iter()
-            .flat_map(|row| row.features)
-            .collect::<Vec<f32>>()
-    });
-    let loader = Loader::with_shared_source(Arc::clone(source), stack, setup.config)?;
+    let decoder_pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(setup.config.workers)
+        .build()?;
+    let (mut raw_seconds, mut raw_ratios) = (Vec::new(), (Vec::new(), Vec::new()));
     let sequential = SequentialSampler::new(setup.sharding);
     let (mut sequential_first, mut sequential_steady) = (Vec::new(), Vec::new());
     let (mut shuffle_first, mut shuffle_steady) = (Vec::new(), Vec::new());
@@ -83,7 +146,9 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
             .clone()
             .map(|epoch| sequential.plan(source.as_ref(), &PlanRequest::new(setup.seed, epoch)))
             .collect::<Result<Vec<_>, _>>()?;
-        let sequential_seconds = run_chain(&loader, plans, "sequential epochs")?;
+        let raw = decoder_pool.install(|| raw_decode_seconds(setup.paths))?;
+        raw_seconds.push(raw);
+        let sequential_seconds = run_chain(loader, plans, "sequential epochs")?;
         sequential_first.push(sequential_seconds[0]);
         sequential_steady.extend_from_slice(&sequential_seconds[1..]);
         let mut plans = Vec::new();
@@ -95,7 +160,11 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
             peak_samples_held = peak_samples_held.max(loader.residency(&plan).max_samples());
             plans.push(plan);
         }
-        let seconds = run_chain(&loader, plans, "block shuffle epochs")?;
+        let seconds = run_chain(loader, plans, "block shuffle epochs")?;
+        raw_ratios
+            .0
+            .push(raw / median(sequential_seconds[1..].to_vec()));
+        raw_ratios.1.push(raw / median(seconds[1..].to_vec()));
         shuffle_first.push(seconds[0]);
         shuffle_steady.extend_from_slice(&seconds[1..]);
         round_ratios.push(median(sequential_seconds[1..].to_vec()) / median(seconds[1..].to_vec()));
@@ -116,7 +185,33 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
         block_shuffle_peak_samples_held: peak_samples_held,
         random_rows_per_s: timed.len() as f64 / random_seconds,
         random_timed_reads: timed.len(),
+        raw_decode_rows_per_s: rows / median(raw_seconds),
+        sequential_vs_raw_decode: median(raw_ratios.0),
+        block_shuffle_vs_raw_decode: median(raw_ratios.1),
     })
+}
+
+/// parquet-rs alone: every file opened and decoded whole, one row group per Arrow batch as the
+/// loader decodes them, the files spread over the current rayon pool's threads; nothing is
+/// batched or kept. Returns the seconds taken.
+fn raw_decode_seconds(paths: &[PathBuf]) -> Result<f64> {
+    let started = Instant::now();
+    let rows: usize = paths
+        .par_iter()
+        .map(|path| -> Result<usize> {
+            let file = std::fs::File::open(path)?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
+                .with_batch_size(8192)
+                .build()?;
+            let mut rows = 0;
+            for batch in reader {
+                rows += black_box(batch?).num_rows();
+            }
+            Ok(rows)
+        })
+        .sum::<Result<usize>>()?;
+    black_box(rows);
+    Ok(started.elapsed().as_secs_f64())
 }
 
 /// Reads each sample the naive way (open, footer, decode its row group, keep one row) on

@@ -310,4 +310,12 @@ where
         }
         Ok(samples)
     }
+
+    /// Passes the hint on for a block the disk cache does not hold: only a miss reads the
+    /// inner source.
+    fn prefetch(&self, block: BlockIndex) {
+        if !self.disk.contains(&self.key(block)) {
+            self.inner.prefetch(block);
+        }
+    }
 }

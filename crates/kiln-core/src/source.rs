@@ -36,6 +36,14 @@ pub trait BlockSource: Send + Sync {
 
     /// Reads every sample of one block, in row order.
     fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error>;
+
+    /// A hint that `block` will be read soon: a source whose reads wait on a network (an
+    /// object store) starts fetching it now, so that many blocks are in flight while few
+    /// threads decode. Loaders call it when they schedule a read; it must return at once and
+    /// never fail (a failed fetch is reported by the read). The default does nothing.
+    fn prefetch(&self, block: BlockIndex) {
+        let _ = block;
+    }
 }
 
 impl<T: BlockSource + ?Sized> BlockSource for &T {
@@ -43,6 +51,9 @@ impl<T: BlockSource + ?Sized> BlockSource for &T {
     type Error = T::Error;
     fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error> {
         (**self).read_block(block)
+    }
+    fn prefetch(&self, block: BlockIndex) {
+        (**self).prefetch(block);
     }
 }
 
@@ -52,6 +63,9 @@ impl<T: BlockSource + ?Sized> BlockSource for Box<T> {
     fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error> {
         (**self).read_block(block)
     }
+    fn prefetch(&self, block: BlockIndex) {
+        (**self).prefetch(block);
+    }
 }
 
 impl<T: BlockSource + ?Sized> BlockSource for Arc<T> {
@@ -59,5 +73,8 @@ impl<T: BlockSource + ?Sized> BlockSource for Arc<T> {
     type Error = T::Error;
     fn read_block(&self, block: BlockIndex) -> Result<Vec<Self::Item>, Self::Error> {
         (**self).read_block(block)
+    }
+    fn prefetch(&self, block: BlockIndex) {
+        (**self).prefetch(block);
     }
 }

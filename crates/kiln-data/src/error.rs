@@ -146,6 +146,33 @@ pub enum Error {
         /// What differs.
         reason: String,
     },
+    /// An object store (S3, GCS, Azure, HTTP) failed to list, read or answer for an object,
+    /// after the retries of the source's [`RetryPolicy`](crate::RetryPolicy) when the failure
+    /// looked transient.
+    #[error("{url}{}: {action} failed after {attempts} attempt{}: {reason}",
+        row_group.map(|g| format!(", row group {g}")).unwrap_or_default(),
+        if *attempts == 1 { "" } else { "s" })]
+    Remote {
+        /// The object (or the prefix listed).
+        url: String,
+        /// The row group being read, if any.
+        row_group: Option<usize>,
+        /// What was being done ("listing", "reading the footer of", "reading").
+        action: &'static str,
+        /// Requests made, retries included.
+        attempts: u32,
+        /// The store's last error.
+        reason: String,
+    },
+    /// A URL that names no object store kiln-data can read: an unknown scheme, a scheme whose
+    /// feature is off, or a malformed URL or store option.
+    #[error("cannot read {url}: {reason}")]
+    UnsupportedUrl {
+        /// The URL as given.
+        url: String,
+        /// Why, and the feature to turn on where one would help.
+        reason: String,
+    },
     /// A block index past the end of the layout.
     #[error("block {block} does not exist: the layout has {blocks} blocks")]
     NoSuchBlock {

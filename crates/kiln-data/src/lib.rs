@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | [`ParquetSource`] | files, directories or globs; one row group per block; footers read once; column projection; whole row groups decoded through a [`RowDecoder`] | `BlockLayout` + `BlockSource` |
 //! | [`Cached`](kiln_cache::Cached) (kiln-cache) | applies a `Transform` per sample and caches the outputs per block on disk (verified, atomic, LRU-limited) and optionally in RAM | `BlockLayout` + `BlockSource` around an inner one |
+//! | [`columnar_fn`], [`BurnColumnar`] | columnar batches: a batch's rows gathered from their decoded Arrow chunks column by column, in plan order, then turned into tensors ([`float_matrix`], [`int_vector`]) | a [`Collate`] of [`ArrowRow`]s |
 //! | [`Loader`] | executes a `Plan` with persistent workers, bounded prefetch and read-ahead, strictly ordered batches and overlapping back-to-back epochs ([`Epoch::prefetch_next`]); collates with a closure ([`collate_fn`]) or any Burn `Batcher` ([`BurnCollate`]); reports wait times to `Observer`s | consumes `BlockSource`, `Plan` |
 //!
 //! They compose by wrapping: `Loader<Cached<ParquetSource<D>, T>, C>` reads row groups, decodes
@@ -69,6 +70,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod columnar;
 mod error;
 mod load;
 mod parquet_source;
@@ -82,11 +84,15 @@ pub use arrow_schema;
 /// The preprocessing cache crate, whose errors [`Error::Cache`] carries.
 pub use kiln_cache as cache;
 
+pub use columnar::{
+    BurnColumnar, ColumnBatcher, ColumnarCollate, columnar_fn, float_matrix, gather_rows,
+    int_vector,
+};
 pub use error::{BoxError, Error, Result};
 pub use load::{
     BurnCollate, Collate, CollateFn, Epoch, Loader, LoaderConfig, NoCollate, Residency, collate_fn,
 };
 pub use parquet_source::{
-    ArrowRow, ArrowRows, DecodeError, FnDecoder, ParquetSource, ParquetSourceBuilder, RowDecoder,
-    column, decoder_fn, primitive, reject_nulls, required_values,
+    ArrowRow, ArrowRows, DecodeError, FnDecoder, ParquetSource, ParquetSourceBuilder, RetryPolicy,
+    RowDecoder, column, decoder_fn, primitive, reject_nulls, required_values,
 };

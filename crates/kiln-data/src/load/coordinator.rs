@@ -30,6 +30,8 @@ pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
     pub(crate) last_occurrence: Option<Vec<bool>>,
     pub(crate) prefetch_batches: u64,
     pub(crate) read_ahead_blocks: usize,
+    /// Worker threads: batches assembled together are collated in at most this many jobs.
+    pub(crate) workers: usize,
     /// Whether the consumer awaits the epoch from its start.
     pub(crate) start: Start,
     pub(crate) cancel: Arc<AtomicBool>,
@@ -185,6 +187,8 @@ where
         let source = Arc::clone(&self.source);
         let cancel = Arc::clone(&self.cancel);
         let Block { file, rows, .. } = self.source.blocks()[block as usize];
+        // A remote source starts fetching now; the read itself waits its turn for a worker.
+        self.source.prefetch(block);
         // Created before the job is queued: the epoch gets an answer whatever panics in the job
         // (`describe_block` on the error path, an item's `Drop`), even if it never runs.
         let reply = Reply::new(results, use_index, Task::Read { block, file });
@@ -249,6 +253,18 @@ where
     /// Assembles, in order, every batch whose blocks have all arrived, up to the limit and
     /// short of a failed batch.
     fn assemble_ready(&self, progress: &mut Progress<S::Item>, batch_limit: u64) {
+        let mut assembled = Vec::new();
+        self.assemble_into(progress, batch_limit, &mut assembled);
+        self.submit_collations(assembled);
+    }
+
+    /// Assembles the ready batches into `assembled` (see [`assemble_ready`]).
+    fn assemble_into(
+        &self,
+        progress: &mut Progress<S::Item>,
+        batch_limit: u64,
+        assembled: &mut Vec<(u64, Vec<S::Item>, bool)>,
+    ) {
         while progress.assembled < batch_limit {
             if progress
                 .failure
@@ -269,7 +285,7 @@ where
                     // them. A credit before each wait would catch more stalls, but the extra
                     // wake-ups lowered sequential throughput on 2 cores (commit 9539150).
                     let urgent = progress.consumer_here && progress.assembled == progress.consumed;
-                    self.submit_collate(progress.assembled, samples, urgent);
+                    assembled.push((progress.assembled, samples, urgent));
                 }
                 Err(error) => {
                     progress.failure = Some((progress.assembled, error));
@@ -362,22 +378,44 @@ where
         Ok(samples)
     }
 
-    fn submit_collate(&self, batch: u64, samples: Vec<S::Item>, urgent: bool) {
-        let collate = Arc::clone(&self.collate);
-        let output = self.output.clone();
-        let cancel = Arc::clone(&self.cancel);
-        let label = self.schedule.first_batch + batch;
-        let reply = Reply::new(output, batch, Task::Collate { batch: label });
-        let job = Box::new(move || {
-            if cancel.load(Ordering::Relaxed) {
-                return reply.abandon();
+    /// Hands assembled batches to the workers: consecutive batches in one job, at most one job
+    /// per worker, so a run of cheap collations (columnar batches) costs a few thread
+    /// wake-ups instead of one per batch, and expensive ones still spread over every worker.
+    /// A job holding the batch the consumer waits for jumps the queue of reads.
+    fn submit_collations(&self, assembled: Vec<(u64, Vec<S::Item>, bool)>) {
+        if assembled.is_empty() {
+            return;
+        }
+        let per_job = assembled.len().div_ceil(self.workers.max(1));
+        let mut assembled = assembled.into_iter().peekable();
+        while assembled.peek().is_some() {
+            let group: Vec<_> = assembled.by_ref().take(per_job).collect();
+            let urgent = group.iter().any(|(_, _, urgent)| *urgent);
+            let jobs: Vec<_> = group
+                .into_iter()
+                .map(|(batch, samples, _)| {
+                    let label = self.schedule.first_batch + batch;
+                    let reply =
+                        Reply::new(self.output.clone(), batch, Task::Collate { batch: label });
+                    (reply, samples)
+                })
+                .collect();
+            let collate = Arc::clone(&self.collate);
+            let cancel = Arc::clone(&self.cancel);
+            let job = Box::new(move || {
+                for (reply, samples) in jobs {
+                    if cancel.load(Ordering::Relaxed) {
+                        reply.abandon();
+                        continue;
+                    }
+                    reply.answer(|| Ok(collate.collate(samples)));
+                }
+            });
+            if urgent {
+                self.jobs.urgent(job);
+            } else {
+                self.jobs.queue(job);
             }
-            reply.answer(|| Ok(collate.collate(samples)));
-        });
-        if urgent {
-            self.jobs.urgent(job);
-        } else {
-            self.jobs.queue(job);
         }
     }
 }

@@ -77,6 +77,7 @@ where
                 last_occurrence,
                 prefetch_batches: self.config.prefetch_batches as u64,
                 read_ahead_blocks: self.config.read_ahead_blocks,
+                workers: self.config.workers,
                 start,
                 cancel: Arc::clone(&cancel),
                 reads_dispatched: Arc::clone(&reads_dispatched),

@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use glob::{MatchOptions, Pattern};
 
 use super::partition::Partitions;
+use super::url_input::{RemoteSettings, UrlInput, url_input};
 use super::walk::{Walk, is_skipped_name};
 use crate::{Error, Result};
 
@@ -23,19 +24,29 @@ pub(crate) enum Input {
     Dir(PathBuf),
     /// Every file matching a glob pattern, in path order.
     Glob(String),
+    /// An object-store URL: one object, or every Parquet object under a prefix; or a `file://`
+    /// URL, read as the local file or directory it names.
+    Url(String),
 }
 
-/// A file to read: its canonical path (so the same file reached by two paths has one identity)
-/// and the Hive partition values of the path it was found by.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A file to read: its canonical path (so the same file reached by two paths has one identity;
+/// an object's URL) and the Hive partition values of the path it was found by.
+#[derive(Debug, Clone)]
 pub(crate) struct Found {
     pub(crate) path: PathBuf,
     pub(crate) partitions: Partitions,
+    /// Where an object-store file lives; `None` for a local file.
+    #[cfg(feature = "remote")]
+    pub(crate) remote: Option<super::remote::RemoteObject>,
 }
 
 /// The files of all inputs, in input order, without duplicates. Partition values are read from
 /// the directories below a directory input or a glob's fixed prefix when `hive` is set.
-pub(crate) fn discover(inputs: &[Input], hive: bool) -> Result<Vec<Found>> {
+pub(crate) fn discover(
+    inputs: &[Input],
+    hive: bool,
+    remote: &RemoteSettings,
+) -> Result<Vec<Found>> {
     if inputs.is_empty() {
         return Err(Error::NoParquetFiles {
             location: "an empty list of inputs".to_owned(),
@@ -44,8 +55,20 @@ pub(crate) fn discover(inputs: &[Input], hive: bool) -> Result<Vec<Found>> {
     let mut files: Vec<Found> = Vec::new();
     let mut seen: HashMap<PathBuf, usize> = HashMap::new();
     for input in inputs {
+        let input = &match input {
+            Input::Url(url) => match url_input(url, hive, remote)? {
+                UrlInput::Local(local) => local,
+                #[cfg(feature = "remote")]
+                UrlInput::Remote(found) => {
+                    add_remote(&mut files, &mut seen, found, url)?;
+                    continue;
+                }
+            },
+            other => other.clone(),
+        };
         let (base, found) = match input {
             Input::File(path) => (None, vec![path.clone()]),
+            Input::Url(_) => unreachable!("URLs are resolved above"),
             Input::Dir(dir) => (Some(dir.clone()), Walk::new(is_parquet).run(dir)?),
             Input::Glob(pattern) => {
                 let glob = GlobInput::parse(pattern)?;
@@ -84,6 +107,8 @@ pub(crate) fn discover(inputs: &[Input], hive: bool) -> Result<Vec<Found>> {
                     files.push(Found {
                         path: canonical,
                         partitions,
+                        #[cfg(feature = "remote")]
+                        remote: None,
                     });
                 }
             }
@@ -92,8 +117,31 @@ pub(crate) fn discover(inputs: &[Input], hive: bool) -> Result<Vec<Found>> {
     Ok(files)
 }
 
+/// Adds the objects a URL found, skipping any already found by an earlier input.
+#[cfg(feature = "remote")]
+fn add_remote(
+    files: &mut Vec<Found>,
+    seen: &mut HashMap<PathBuf, usize>,
+    found: Vec<Found>,
+    url: &str,
+) -> Result<()> {
+    if found.is_empty() {
+        return Err(Error::NoParquetFiles {
+            location: format!("URL {url}"),
+        });
+    }
+    for found in found {
+        if !seen.contains_key(&found.path) {
+            seen.insert(found.path.clone(), files.len());
+            files.push(found);
+        }
+    }
+    Ok(())
+}
+
 fn describe(input: &Input) -> String {
     match input {
+        Input::Url(url) => format!("URL {url}"),
         Input::File(path) => format!("file {}", path.display()),
         Input::Dir(path) => format!("directory {}", path.display()),
         Input::Glob(pattern) => format!("glob {pattern:?}"),
@@ -178,6 +226,11 @@ impl GlobInput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Local inputs need no store settings.
+    fn discover(inputs: &[Input], hive: bool) -> Result<Vec<Found>> {
+        super::discover(inputs, hive, &RemoteSettings::default())
+    }
 
     /// A temporary directory holding these (non-Parquet) files.
     fn tree(names: &[&str]) -> tempfile::TempDir {

@@ -17,6 +17,8 @@ use super::footer::Footer;
 use super::integrity::{check_footer, chunk_range};
 use super::projection::Projection;
 use super::range_reader::{COALESCE_GAP_BYTES, RangeReader, coalesce};
+#[cfg(feature = "remote")]
+use super::remote::{RemoteObject, Tail};
 use crate::{Error, Result};
 
 /// Rows decoded at a time: a row group is decoded in chunks of at most this many rows, so what
@@ -29,12 +31,23 @@ const DECODE_CHUNK_ROWS: usize = 8192;
 /// checked against the file), and the projection of the source's columns.
 #[derive(Debug, Clone)]
 pub(crate) struct ParquetFile {
+    /// The local path, or an object's URL.
     path: PathBuf,
     bytes: u64,
     modified: SystemTime,
     footer: Footer,
     projection: Projection,
+    /// Where an object-store file lives; `None` for a local file.
+    #[cfg(feature = "remote")]
+    remote: Option<RemoteObject>,
 }
+
+/// A row group's bytes being fetched ahead of its read (object stores only).
+#[cfg(feature = "remote")]
+pub(crate) type PendingRead = tokio::task::JoinHandle<Result<Vec<(u64, Bytes)>>>;
+/// A row group's bytes being fetched ahead of its read (object stores only).
+#[cfg(not(feature = "remote"))]
+pub(crate) type PendingRead = std::convert::Infallible;
 
 impl ParquetFile {
     /// Opens a file, checks the Parquet magic at both ends, reads its footer and checks it
@@ -75,6 +88,52 @@ impl ParquetFile {
             modified,
             footer,
             projection,
+            #[cfg(feature = "remote")]
+            remote: None,
+        })
+    }
+
+    /// Opens an object from its fetched ends (see [`open`](Self::open)); a footer longer than
+    /// the ends costs one more request.
+    #[cfg(feature = "remote")]
+    pub(crate) fn open_remote(
+        object: &RemoteObject,
+        ends: &Tail,
+        columns: Option<&[String]>,
+    ) -> Result<Self> {
+        let path = PathBuf::from(&object.url);
+        let opened = catch_unwind(AssertUnwindSafe(|| {
+            let footer = Footer::read_with(
+                &mut |range| object.read_for_footer(ends, range),
+                &path,
+                object.size,
+            )?;
+            let projection = Projection::new(&path, &footer.metadata, columns)?;
+            check_footer(
+                &path,
+                footer.metadata.metadata(),
+                &projection.leaves,
+                footer.bytes.start,
+            )?;
+            Ok(Self {
+                path: path.clone(),
+                bytes: object.size,
+                modified: UNIX_EPOCH,
+                footer,
+                projection,
+                remote: Some(object.clone()),
+            })
+        }));
+        opened.unwrap_or_else(|payload| {
+            Err(Error::CorruptParquet {
+                path: path.clone(),
+                row_group: None,
+                column: None,
+                reason: format!(
+                    "the Parquet reader panicked reading the footer: {}",
+                    kiln_core::panic_message(payload.as_ref())
+                ),
+            })
         })
     }
 
@@ -121,6 +180,17 @@ impl ParquetFile {
     /// its footer, so a rewrite that keeps the size and the modification time (`cp -p`) still
     /// changes it.
     pub(crate) fn identity(&self) -> Fingerprint {
+        #[cfg(feature = "remote")]
+        if let Some(remote) = &self.remote {
+            // An object's entity tag (or modification time) names its version.
+            return Fingerprint::builder()
+                .str("parquet-object")
+                .str(&remote.url)
+                .u64(self.bytes)
+                .str(&remote.version)
+                .fingerprint(self.footer.hash)
+                .finish();
+        }
         let since_epoch = self.modified.duration_since(UNIX_EPOCH).unwrap_or_default();
         Fingerprint::builder()
             .str("parquet-file")
@@ -140,11 +210,12 @@ impl ParquetFile {
     /// makes of the chunks. Fails, naming the file, the row group and the failing column, on a
     /// page that does not decode: a failed page checksum, a corrupt page, a panic of the
     /// Parquet reader, or fewer or more rows than the footer promises.
-    pub(crate) fn read_row_group(&self, row_group: usize) -> Result<(Vec<RecordBatch>, u64)> {
-        let mut file =
-            File::open(&self.path).map_err(|source| Error::io("opening", &self.path, source))?;
-        self.check_unchanged(&mut file)?;
-        let reader = self.read_range(&mut file, row_group)?;
+    pub(crate) fn read_row_group(
+        &self,
+        row_group: usize,
+        pending: Option<PendingRead>,
+    ) -> Result<(Vec<RecordBatch>, u64)> {
+        let reader = self.fetch(row_group, pending)?;
         let bytes_read = reader.held_bytes();
         let corrupt = |reason: String| Error::CorruptParquet {
             path: self.path.clone(),
@@ -195,10 +266,53 @@ impl ParquetFile {
         })
     }
 
-    /// Reads the projected column chunks of a row group: one sequential read per group of
-    /// chunks that lie within [`COALESCE_GAP_BYTES`] of each other. Their places were checked
-    /// against the file when it was opened.
-    fn read_range(&self, file: &mut File, row_group: usize) -> Result<RangeReader> {
+    /// The bytes of a row group's projected column chunks: read from the local file (after
+    /// checking it did not change), fetched from the object store, or taken from a fetch
+    /// started earlier by [`start_fetch`](Self::start_fetch) (fetched again if that failed, so
+    /// a store that failed a read-ahead and came back is read afresh).
+    fn fetch(&self, row_group: usize, pending: Option<PendingRead>) -> Result<RangeReader> {
+        #[cfg(feature = "remote")]
+        if let Some(remote) = &self.remote {
+            if let Some(pending) = pending
+                && let Ok(held) = remote.join_read(pending, row_group)
+            {
+                return Ok(RangeReader::new(held, self.bytes));
+            }
+            let held = remote.read_ranges(self.row_group_ranges(row_group)?, row_group)?;
+            return Ok(RangeReader::new(held, self.bytes));
+        }
+        // A local read starts nothing ahead.
+        let _local = pending;
+        let mut file =
+            File::open(&self.path).map_err(|source| Error::io("opening", &self.path, source))?;
+        self.check_unchanged(&mut file)?;
+        self.read_range(&mut file, row_group)
+    }
+
+    /// Starts fetching a row group of an object-store file on the store's runtime; `None` for
+    /// a local file (or a row group that does not exist), whose reads are cheap to start.
+    pub(crate) fn start_fetch(&self, row_group: usize) -> Option<PendingRead> {
+        #[cfg(feature = "remote")]
+        if let Some(remote) = &self.remote {
+            let ranges = self.row_group_ranges(row_group).ok()?;
+            return Some(remote.spawn_read(ranges, row_group));
+        }
+        let _ = row_group;
+        None
+    }
+
+    /// The byte ranges of a row group's projected column chunks, coalesced: chunks within
+    /// [`COALESCE_GAP_BYTES`] of each other are one range. Their places were checked against
+    /// the file when it was opened.
+    fn row_group_ranges(&self, row_group: usize) -> Result<Vec<std::ops::Range<u64>>> {
+        if row_group >= self.footer.metadata.metadata().num_row_groups() {
+            return Err(Error::CorruptParquet {
+                path: self.path.clone(),
+                row_group: Some(row_group),
+                column: None,
+                reason: "no such row group".to_owned(),
+            });
+        }
         let group = self.footer.metadata.metadata().row_group(row_group);
         let mut chunks = Vec::with_capacity(self.projection.leaves.len());
         for &leaf in &self.projection.leaves {
@@ -213,8 +327,14 @@ impl ParquetFile {
             })?;
             chunks.push(range);
         }
+        Ok(coalesce(chunks, COALESCE_GAP_BYTES))
+    }
+
+    /// Reads the projected column chunks of a row group: one sequential read per group of
+    /// nearby chunks ([`row_group_ranges`](Self::row_group_ranges)).
+    fn read_range(&self, file: &mut File, row_group: usize) -> Result<RangeReader> {
         let mut held = Vec::new();
-        for range in coalesce(chunks, COALESCE_GAP_BYTES) {
+        for range in self.row_group_ranges(row_group)? {
             let mut buffer = vec![0; (range.end - range.start) as usize];
             file.seek(SeekFrom::Start(range.start))
                 .and_then(|_| file.read_exact(&mut buffer))

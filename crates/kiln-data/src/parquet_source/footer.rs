@@ -33,7 +33,17 @@ impl Footer {
     /// its footer. The footer's stated length is checked against the file before anything is
     /// allocated by it.
     pub(crate) fn read(file: &mut File, path: &Path, bytes: u64) -> Result<Self> {
-        let tail = read_ends(file, path, bytes)?;
+        Self::read_with(&mut |range| read_at(file, path, range), path, bytes)
+    }
+
+    /// [`read`](Self::read) with the bytes from `read_at` (a file, or an object's fetched
+    /// ends).
+    pub(crate) fn read_with(
+        read_at: &mut dyn FnMut(Range<u64>) -> Result<Vec<u8>>,
+        path: &Path,
+        bytes: u64,
+    ) -> Result<Self> {
+        let tail = read_ends(read_at, path, bytes)?;
         let length = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
         // The leading magic, the footer, its tail: anything longer cannot be this file's.
         if length + TAIL_BYTES + MAGIC.len() as u64 > bytes {
@@ -43,7 +53,7 @@ impl Footer {
             ));
         }
         let range = bytes - TAIL_BYTES - length..bytes;
-        let footer = read_at(file, path, range.clone())?;
+        let footer = read_at(range.clone())?;
         let hash = Fingerprint::of_bytes(&footer);
         let thrift = &footer[..length as usize];
         if let Some(depth) = schema_deeper_than(thrift, MAX_SCHEMA_DEPTH) {
@@ -83,14 +93,18 @@ fn parse(metadata: &[u8], path: &Path) -> Result<ArrowReaderMetadata> {
 
 /// Tells a non-Parquet file (wrong leading magic) from a truncated one (no trailing magic);
 /// returns the last [`TAIL_BYTES`] bytes.
-fn read_ends(file: &mut File, path: &Path, bytes: u64) -> Result<Vec<u8>> {
+fn read_ends(
+    read_at: &mut dyn FnMut(Range<u64>) -> Result<Vec<u8>>,
+    path: &Path,
+    bytes: u64,
+) -> Result<Vec<u8>> {
     if bytes < MAGIC.len() as u64 {
         return Err(Error::NotParquet {
             path: path.to_owned(),
             reason: format!("it has only {bytes} bytes"),
         });
     }
-    let head = read_at(file, path, 0..MAGIC.len() as u64)?;
+    let head = read_at(0..MAGIC.len() as u64)?;
     if head != MAGIC {
         return Err(Error::NotParquet {
             path: path.to_owned(),
@@ -101,7 +115,7 @@ fn read_ends(file: &mut File, path: &Path, bytes: u64) -> Result<Vec<u8>> {
         });
     }
     let tail = if bytes >= MAGIC.len() as u64 + TAIL_BYTES {
-        Some(read_at(file, path, bytes - TAIL_BYTES..bytes)?)
+        Some(read_at(bytes - TAIL_BYTES..bytes)?)
     } else {
         None
     };

@@ -1,4 +1,4 @@
-//! Parquet files as a block layout and block source.
+//! Parquet files, local or in object stores, as a block layout and block source.
 
 mod arrow_row;
 mod codec;
@@ -12,13 +12,18 @@ mod integrity;
 mod partition;
 mod projection;
 mod range_reader;
+#[cfg(feature = "remote")]
+mod remote;
+mod retry_policy;
 mod schema_depth;
 mod source;
 mod source_schema;
 mod unify;
+mod url_input;
 mod walk;
 
 pub use arrow_row::{ArrowRow, ArrowRows};
 pub use columns::{column, primitive, reject_nulls, required_values};
 pub use decode::{DecodeError, FnDecoder, RowDecoder, decoder_fn};
+pub use retry_policy::RetryPolicy;
 pub use source::{ParquetSource, ParquetSourceBuilder};

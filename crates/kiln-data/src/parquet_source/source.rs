@@ -1,6 +1,8 @@
 //! `ParquetSource`: Parquet files as a block layout and block source, one row group per block.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::RecordBatch;
@@ -8,10 +10,15 @@ use arrow_schema::SchemaRef;
 use kiln_core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout};
 use rayon::prelude::*;
 
-use super::discover::{Input, discover};
-use super::file::ParquetFile;
+use super::discover::{Found, Input, discover};
+use super::file::{ParquetFile, PendingRead};
 use super::source_schema::SourceSchema;
-use crate::{ArrowRows, Error, Result, RowDecoder};
+use super::url_input::RemoteSettings;
+use crate::{ArrowRows, Error, Result, RetryPolicy, RowDecoder};
+
+/// Row groups of object-store files fetched ahead of their reads at most (the loader asks for
+/// its read-ahead; more is refused and read when needed).
+const MAX_PENDING_READS: usize = 64;
 
 /// A dataset of Parquet files read one whole row group at a time.
 ///
@@ -59,6 +66,8 @@ pub struct ParquetSource<D = ArrowRows> {
     schema: SourceSchema,
     decoder: D,
     bytes_read: AtomicU64,
+    /// Object-store row groups being fetched ahead of their reads, by block.
+    pending: Mutex<HashMap<BlockIndex, PendingRead>>,
 }
 
 /// Chooses the files and columns of a [`ParquetSource`].
@@ -67,6 +76,7 @@ pub struct ParquetSourceBuilder {
     inputs: Vec<Input>,
     columns: Option<Vec<String>>,
     no_partitions: bool,
+    remote: RemoteSettings,
 }
 
 impl ParquetSourceBuilder {
@@ -103,6 +113,46 @@ impl ParquetSourceBuilder {
         self
     }
 
+    /// Adds files by URL: `s3://bucket/prefix/` (S3 and S3-compatible stores), `gs://`,
+    /// `az://` (also `abfs://`, `azure://`), `http://` or `https://`, through the
+    /// [`object_store`](https://docs.rs/object_store) crate, each behind its crate feature
+    /// (`s3`, `gcs`, `azure`, `http`); `file://` URLs are local paths and always work.
+    ///
+    /// A URL whose key ends in `.parquet` or `.parq` is one object; any other is a prefix, and
+    /// every Parquet object under it is read, in key order, skipping keys with a part that
+    /// starts with `_` or `.` and turning `key=value` parts into columns, as for
+    /// [`dir`](Self::dir). Credentials and settings come from the environment as
+    /// `object_store` reads them (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, `AWS_ENDPOINT`,
+    /// `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`...), then from
+    /// [`store_option`](Self::store_option).
+    ///
+    /// Footers are fetched once, many at a time, when the source is built (one request for
+    /// each object's last 64 KiB and first bytes). A block read fetches the row group's
+    /// projected column chunks (coalesced, all at once); the loader starts those fetches ahead
+    /// of the reads ([`BlockSource::prefetch`]), so many row groups are in flight while the
+    /// workers decode. Requests are retried by the [`retry`](Self::retry) policy; an object
+    /// that changed since the source was built (size or entity tag) is refused with
+    /// [`Error::FileChanged`].
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.inputs.push(Input::Url(url.into()));
+        self
+    }
+
+    /// An `object_store` configuration key and value for the stores of [`url`](Self::url)
+    /// inputs, applied after the environment: `aws_endpoint`, `aws_allow_http`,
+    /// `aws_region`, `google_service_account`, `azure_storage_account_name`, `timeout`,
+    /// `connect_timeout`, ... An unknown key fails the build, naming it.
+    pub fn store_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.remote.options.push((key.into(), value.into()));
+        self
+    }
+
+    /// How object-store requests are retried (default: [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.remote.retry = policy;
+        self
+    }
+
     /// Decodes only these top-level columns, in this order (all columns when never called;
     /// partition keys may be named too).
     pub fn columns<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
@@ -135,7 +185,7 @@ impl ParquetSourceBuilder {
     /// ([`Error::UnsupportedCodec`]); a panic of the Parquet reader on a malformed footer is
     /// caught and reported as [`Error::CorruptParquet`].
     pub fn build_with<D: RowDecoder>(self, decoder: D) -> Result<ParquetSource<D>> {
-        let found = discover(&self.inputs, !self.no_partitions)?;
+        let found = discover(&self.inputs, !self.no_partitions, &self.remote)?;
         // Partition keys are not columns of the files: only the rest is projected in them.
         let file_columns: Option<Vec<String>> = self.columns.as_ref().map(|columns| {
             columns
@@ -148,11 +198,7 @@ impl ParquetSourceBuilder {
                 .cloned()
                 .collect()
         });
-        let opened: Vec<Result<ParquetFile>> = found
-            .par_iter()
-            .map(|found| ParquetFile::open(&found.path, file_columns.as_deref()))
-            .collect();
-        let files = opened.into_iter().collect::<Result<Vec<_>>>()?;
+        let files = open_files(&found, file_columns.as_deref())?;
         let schema = SourceSchema::new(&files, &found, self.columns.as_deref())?;
         let mut builder = Layout::builder();
         let mut samples = 0u64;
@@ -179,8 +225,38 @@ impl ParquetSourceBuilder {
             schema,
             decoder,
             bytes_read: AtomicU64::new(0),
+            pending: Mutex::new(HashMap::new()),
         })
     }
+}
+
+/// Opens every file (in parallel) and reads its footer; an object's ends are fetched first,
+/// many at a time.
+fn open_files(found: &[Found], columns: Option<&[String]>) -> Result<Vec<ParquetFile>> {
+    #[cfg(feature = "remote")]
+    let ends = {
+        let objects: Vec<_> = found
+            .iter()
+            .filter_map(|found| found.remote.as_ref())
+            .collect();
+        let mut ends = super::remote::fetch_all_ends(&objects).into_iter();
+        found
+            .iter()
+            .map(|found| found.remote.as_ref().and_then(|_| ends.next()).transpose())
+            .collect::<Result<Vec<_>>>()?
+    };
+    let opened: Vec<Result<ParquetFile>> = found
+        .par_iter()
+        .enumerate()
+        .map(|(_index, found)| {
+            #[cfg(feature = "remote")]
+            if let (Some(object), Some(ends)) = (&found.remote, &ends[_index]) {
+                return ParquetFile::open_remote(object, ends, columns);
+            }
+            ParquetFile::open(&found.path, columns)
+        })
+        .collect();
+    opened.into_iter().collect()
 }
 
 /// The layout, the columns as decoded (names, order, types; partition values) and the decoder.
@@ -215,6 +291,7 @@ impl<D: RowDecoder> ParquetSource<D> {
             schema: self.schema,
             decoder,
             bytes_read: self.bytes_read,
+            pending: self.pending,
         }
     }
 
@@ -275,7 +352,12 @@ impl<D: RowDecoder> ParquetSource<D> {
             .blocks()
             .get(block as usize)
             .map_or(0, |found| found.file as usize);
-        let (chunks, bytes) = file.read_row_group(row_group)?;
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&block);
+        let (chunks, bytes) = file.read_row_group(row_group, pending)?;
         self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
         let chunks = chunks
             .into_iter()
@@ -335,6 +417,24 @@ impl<D> BlockLayout for ParquetSource<D> {
 impl<D: RowDecoder> BlockSource for ParquetSource<D> {
     type Item = D::Item;
     type Error = Error;
+
+    /// Starts fetching an object-store row group now, on the store's runtime, so that its
+    /// [`read_block`](BlockSource::read_block) finds the bytes in (a local file: nothing).
+    fn prefetch(&self, block: BlockIndex) {
+        let Ok((file, row_group)) = self.locate(block) else {
+            return;
+        };
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pending.len() >= MAX_PENDING_READS || pending.contains_key(&block) {
+            return;
+        }
+        if let Some(read) = file.start_fetch(row_group) {
+            pending.insert(block, read);
+        }
+    }
 
     fn read_block(&self, block: BlockIndex) -> Result<Vec<D::Item>> {
         let (file, row_group, chunks) = self.read_chunks(block)?;

@@ -1,0 +1,10 @@
+//! Columnar batches: a batch assembled column by column from the decoded Arrow chunks its
+//! rows sit in, instead of one value per sample.
+
+mod burn_columns;
+mod collate;
+mod gather;
+
+pub use burn_columns::{BurnColumnar, ColumnBatcher, float_matrix, int_vector};
+pub use collate::{ColumnarCollate, columnar_fn};
+pub use gather::gather_rows;

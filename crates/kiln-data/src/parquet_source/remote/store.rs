@@ -1,0 +1,156 @@
+//! An object store opened from a URL, with the runtime its requests run on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use object_store::path::Path as ObjectPath;
+use tokio::runtime::Runtime;
+use url::{Position, Url};
+
+use crate::{Error, Result, RetryPolicy};
+
+/// One object store (a bucket, a container, a web server), the runtime its asynchronous
+/// requests run on, and the retry policy of every request.
+///
+/// Loader workers are plain threads: they wait for a request with `Runtime::block_on`, and
+/// read-ahead fetches are spawned on the runtime, so many row groups can be in flight while
+/// two threads decode.
+pub(crate) struct RemoteStore {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) runtime: Runtime,
+    pub(crate) retry: RetryPolicy,
+    /// `scheme://authority`, for naming objects in errors.
+    base: String,
+}
+
+impl std::fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStore")
+            .field("base", &self.base)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Threads of each store's runtime: they only wait on sockets and copy bytes.
+const RUNTIME_THREADS: usize = 2;
+
+impl RemoteStore {
+    /// Opens the store a URL names, with credentials and settings from the environment (as
+    /// `object_store`'s `from_env` builders read them) and then `options` (`object_store`
+    /// configuration keys such as `aws_endpoint` or `aws_allow_http`); returns it with the
+    /// URL's path in it.
+    pub(crate) fn open(
+        url: &Url,
+        options: &[(String, String)],
+        retry: RetryPolicy,
+    ) -> Result<(Arc<Self>, ObjectPath)> {
+        let unsupported = |reason: String| Error::UnsupportedUrl {
+            url: url.to_string(),
+            reason,
+        };
+        let store = build_store(url, options).map_err(unsupported)?;
+        let path = ObjectPath::from_url_path(url.path())
+            .map_err(|error| unsupported(format!("its path is not valid: {error}")))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_THREADS)
+            .thread_name("kiln-object-store")
+            .enable_all()
+            .build()
+            .map_err(|error| unsupported(format!("cannot start the I/O runtime: {error}")))?;
+        let base = url[..Position::BeforePath].to_owned();
+        let store = Self {
+            store,
+            runtime,
+            retry,
+            base,
+        };
+        Ok((Arc::new(store), path))
+    }
+
+    /// The URL of an object of this store.
+    pub(crate) fn url_of(&self, path: &ObjectPath) -> String {
+        format!("{}/{path}", self.base)
+    }
+}
+
+/// `object_store`'s own retries are off: kiln's [`RetryPolicy`] retries each request, so a
+/// failing store is given up on after the attempts the user chose, not after both policies'.
+fn no_client_retries() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        max_retries: 0,
+        retry_timeout: Duration::from_secs(60),
+        ..Default::default()
+    }
+}
+
+/// Client settings every store gets before the user's options: a refused connection is known
+/// within seconds, and a stalled request does not hang a worker for ever.
+const DEFAULT_CLIENT_OPTIONS: [(&str, &str); 2] = [("connect_timeout", "5s"), ("timeout", "60s")];
+
+fn build_store(
+    url: &Url,
+    options: &[(String, String)],
+) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    let settings = DEFAULT_CLIENT_OPTIONS
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .chain(options.iter().cloned());
+    match url.scheme() {
+        #[cfg(feature = "s3")]
+        "s3" | "s3a" => {
+            let mut builder = object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str());
+            for (key, value) in settings {
+                builder = builder.with_config(parse_key(&key)?, value);
+            }
+            finish(builder.with_retry(no_client_retries()).build())
+        }
+        #[cfg(feature = "gcs")]
+        "gs" => {
+            let mut builder =
+                object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url.as_str());
+            for (key, value) in settings {
+                builder = builder.with_config(parse_key(&key)?, value);
+            }
+            finish(builder.with_retry(no_client_retries()).build())
+        }
+        #[cfg(feature = "azure")]
+        "az" | "abfs" | "abfss" | "azure" | "adl" => {
+            let mut builder =
+                object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url.as_str());
+            for (key, value) in settings {
+                builder = builder.with_config(parse_key(&key)?, value);
+            }
+            finish(builder.with_retry(no_client_retries()).build())
+        }
+        #[cfg(feature = "http")]
+        "http" | "https" => {
+            let mut builder =
+                object_store::http::HttpBuilder::new().with_url(&url[..Position::BeforePath]);
+            for (key, value) in settings {
+                builder = builder.with_config(parse_key(&key)?, value);
+            }
+            finish(builder.with_retry(no_client_retries()).build())
+        }
+        scheme => Err(super::super::url_input::missing_feature(scheme)),
+    }
+}
+
+#[allow(dead_code, reason = "unused when only some store features are on")]
+fn parse_key<K: std::str::FromStr>(key: &str) -> std::result::Result<K, String>
+where
+    K::Err: std::fmt::Display,
+{
+    key.parse()
+        .map_err(|error| format!("unknown store option {key:?}: {error}"))
+}
+
+#[allow(dead_code, reason = "unused when only some store features are on")]
+fn finish<S: ObjectStore>(
+    built: object_store::Result<S>,
+) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    built
+        .map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
+        .map_err(|error| format!("cannot open the store: {error}"))
+}

@@ -1,0 +1,133 @@
+//! URL inputs: `file://` URLs as local paths, object-store URLs as listed objects.
+
+#[cfg(feature = "remote")]
+use super::discover::Found;
+use super::discover::Input;
+use crate::{Error, Result, RetryPolicy};
+
+/// The object-store settings of a source: `object_store` options and the retry policy.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RemoteSettings {
+    pub(crate) options: Vec<(String, String)>,
+    pub(crate) retry: RetryPolicy,
+}
+
+/// What a URL input resolves to.
+pub(crate) enum UrlInput {
+    /// A `file://` URL: the local file or directory it names.
+    Local(Input),
+    /// The objects an object-store URL names (one, or those under a prefix).
+    #[cfg(feature = "remote")]
+    Remote(Vec<Found>),
+}
+
+/// Resolves a URL: `file://` to a local path; `s3://`, `gs://`, `az://`, `http(s)://` to the
+/// object it names when its key ends in `.parquet` or `.parq`, else to every Parquet object
+/// under it (with Hive partition values from the keys below it when `hive` is set).
+pub(crate) fn url_input(url: &str, hive: bool, settings: &RemoteSettings) -> Result<UrlInput> {
+    let parsed = url::Url::parse(url).map_err(|error| Error::UnsupportedUrl {
+        url: url.to_owned(),
+        reason: format!("not a URL: {error}"),
+    })?;
+    if parsed.scheme() == "file" {
+        let path = parsed.to_file_path().map_err(|()| Error::UnsupportedUrl {
+            url: url.to_owned(),
+            reason: "not a local path".to_owned(),
+        })?;
+        return Ok(UrlInput::Local(if path.is_dir() {
+            Input::Dir(path)
+        } else {
+            Input::File(path)
+        }));
+    }
+    remote(&parsed, hive, settings)
+}
+
+#[cfg(feature = "remote")]
+fn remote(parsed: &url::Url, hive: bool, settings: &RemoteSettings) -> Result<UrlInput> {
+    use std::path::PathBuf;
+
+    use super::partition::Partitions;
+    use super::remote::{RemoteObject, RemoteStore, list_objects};
+
+    let (store, path) = RemoteStore::open(parsed, &settings.options, settings.retry)?;
+    let key = path.as_ref().to_ascii_lowercase();
+    if key.ends_with(".parquet") || key.ends_with(".parq") {
+        let object = RemoteObject::head(store, path)?;
+        return Ok(UrlInput::Remote(vec![Found {
+            path: PathBuf::from(&object.url),
+            partitions: Partitions::default(),
+            remote: Some(object),
+        }]));
+    }
+    let base = PathBuf::from(store.url_of(&path));
+    let mut found = Vec::new();
+    for meta in list_objects(&store, &path)? {
+        let object = RemoteObject::new(store.clone(), &meta);
+        let file = PathBuf::from(&object.url);
+        let partitions = if hive {
+            Partitions::of(&base, &file)?
+        } else {
+            Partitions::default()
+        };
+        found.push(Found {
+            path: file,
+            partitions,
+            remote: Some(object),
+        });
+    }
+    Ok(UrlInput::Remote(found))
+}
+
+#[cfg(not(feature = "remote"))]
+fn remote(parsed: &url::Url, _: bool, _: &RemoteSettings) -> Result<UrlInput> {
+    Err(Error::UnsupportedUrl {
+        url: parsed.to_string(),
+        reason: missing_feature(parsed.scheme()),
+    })
+}
+
+/// Why a scheme is not readable in this build.
+#[cfg_attr(feature = "remote", allow(dead_code))]
+pub(crate) fn missing_feature(scheme: &str) -> String {
+    let feature = match scheme {
+        "s3" | "s3a" => "s3",
+        "gs" => "gcs",
+        "az" | "abfs" | "abfss" | "azure" | "adl" => "azure",
+        "http" | "https" => "http",
+        _ => {
+            return format!(
+                "unknown scheme {scheme:?} (kiln-data reads file://, s3://, gs://, az://, \
+                 http:// and https:// URLs)"
+            );
+        }
+    };
+    format!("kiln-data was built without its `{feature}` feature, which reads {scheme}:// URLs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_urls_are_local_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = url::Url::from_directory_path(dir.path()).unwrap();
+        let resolved = url_input(url.as_str(), true, &RemoteSettings::default()).unwrap();
+        assert!(matches!(resolved, UrlInput::Local(Input::Dir(path)) if path == dir.path()));
+    }
+
+    #[test]
+    fn unknown_schemes_and_bad_urls_are_named() {
+        let settings = RemoteSettings::default();
+        let error = url_input("ftp://host/data/", true, &settings)
+            .err()
+            .unwrap();
+        assert!(
+            error.to_string().contains("unknown scheme \"ftp\""),
+            "{error}"
+        );
+        let error = url_input("not a url", true, &settings).err().unwrap();
+        assert!(matches!(error, Error::UnsupportedUrl { .. }), "{error}");
+    }
+}
