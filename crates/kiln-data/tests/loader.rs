@@ -18,7 +18,11 @@ use kiln_core::{
     BlockIndex, BlockLayout, BlockSource, Event, Layout, Plan, PlanRequest, Position, Result,
     SampleId, Sampler, Shard, transform_fn,
 };
-use kiln_data::{BurnCollate, Error, Loader, LoaderConfig, NoCollate, ParquetSource, collate_fn};
+use kiln_data::arrow_array::RecordBatch;
+use kiln_data::{
+    BurnCollate, BurnColumnar, ColumnBatcher, Error, Loader, LoaderConfig, NoCollate,
+    ParquetSource, collate_fn, float_matrix, int_vector,
+};
 use kiln_sampler::{BlockShuffleConfig, RemainderPolicy};
 use kiln_testkit::{InOrderSampler, MemorySource, RecordingObserver};
 use proptest::prelude::*;
@@ -647,6 +651,72 @@ fn any_burn_batcher_collates() {
 fn any_burn_batcher_collates_on_wgpu() {
     if let Some(device) = kiln_testkit::wgpu_device() {
         burn_batcher_collates_on::<burn::backend::Wgpu>(device);
+    }
+}
+
+/// Builds `[rows, 1]` tensors of `x` straight from a batch's columns, and keeps its ids.
+struct XColumns;
+
+impl<B: Backend> ColumnBatcher<B, (Vec<i64>, Tensor<B, 2>)> for XColumns {
+    fn batch(&self, columns: RecordBatch, device: &B::Device) -> (Vec<i64>, Tensor<B, 2>) {
+        let rows = columns.num_rows();
+        let x = float_matrix(&columns, &["x"]).unwrap();
+        let ids = int_vector(&columns, "id").unwrap();
+        (
+            ids,
+            Tensor::from_data(TensorData::new(x, [rows, 1]), device),
+        )
+    }
+}
+
+/// Columnar batches hold exactly the samples, in exactly the order, that per-sample batches
+/// hold, for a scrambled plan whose batches straddle row groups and files, on any worker count.
+fn columnar_batches_match_per_sample_ones_on<B: Backend>(device: B::Device) {
+    let data = tempfile::tempdir().unwrap();
+    write_dataset(data.path(), &[9, 5, 13], 4);
+    let per_sample = ParquetSource::builder()
+        .dir(data.path())
+        .build_with(pair_decoder())
+        .unwrap();
+    let pairs = collate_fn(|items: Vec<(i64, f32)>| items);
+    let loader = Loader::new(per_sample, pairs, LoaderConfig::new().with_workers(2)).unwrap();
+    let plan = scrambled_plan(loader.source().as_ref(), 5, 3);
+    let expected: Vec<Vec<(i64, f32)>> = loader
+        .epoch(plan.clone())
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for workers in [1, 3] {
+        let source = ParquetSource::builder().dir(data.path()).build().unwrap();
+        let collate = BurnColumnar::<B, _, _>::new(XColumns, device.clone());
+        let config = LoaderConfig::new().with_workers(workers);
+        let loader = Loader::new(source, collate, config).unwrap();
+        let batches: Vec<Vec<(i64, f32)>> = loader
+            .epoch(plan.clone())
+            .unwrap()
+            .map(|batch| {
+                let (ids, x) = batch.unwrap();
+                assert_eq!(x.dims(), [ids.len(), 1]);
+                ids.into_iter()
+                    .zip(x.into_data().to_vec::<f32>().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(batches, expected, "{workers} workers");
+    }
+}
+
+#[test]
+fn columnar_batches_match_per_sample_ones() {
+    columnar_batches_match_per_sample_ones_on::<Flex>(Default::default());
+}
+
+/// The GPU-style tier: the same on Burn's wgpu backend.
+#[cfg(feature = "wgpu")]
+#[test]
+fn columnar_batches_match_per_sample_ones_on_wgpu() {
+    if let Some(device) = kiln_testkit::wgpu_device() {
+        columnar_batches_match_per_sample_ones_on::<burn::backend::Wgpu>(device);
     }
 }
 

@@ -10,35 +10,11 @@ use std::path::{Component, Path, PathBuf};
 
 use glob::{MatchOptions, Pattern};
 
+use super::input::{Found, Input};
 use super::partition::Partitions;
 use super::url_input::{RemoteSettings, UrlInput, url_input};
 use super::walk::{Walk, is_skipped_name};
 use crate::{Error, Result};
-
-/// Where to look for Parquet files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Input {
-    /// One file, taken as given (whatever its name or extension).
-    File(PathBuf),
-    /// Every `*.parquet` file under a directory, recursively, in path order.
-    Dir(PathBuf),
-    /// Every file matching a glob pattern, in path order.
-    Glob(String),
-    /// An object-store URL: one object, or every Parquet object under a prefix; or a `file://`
-    /// URL, read as the local file or directory it names.
-    Url(String),
-}
-
-/// A file to read: its canonical path (so the same file reached by two paths has one identity;
-/// an object's URL) and the Hive partition values of the path it was found by.
-#[derive(Debug, Clone)]
-pub(crate) struct Found {
-    pub(crate) path: PathBuf,
-    pub(crate) partitions: Partitions,
-    /// Where an object-store file lives; `None` for a local file.
-    #[cfg(feature = "remote")]
-    pub(crate) remote: Option<super::remote::RemoteObject>,
-}
 
 /// The files of all inputs, in input order, without duplicates. Partition values are read from
 /// the directories below a directory input or a glob's fixed prefix when `hive` is set.

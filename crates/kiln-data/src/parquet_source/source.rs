@@ -10,8 +10,9 @@ use arrow_schema::SchemaRef;
 use kiln_core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout};
 use rayon::prelude::*;
 
-use super::discover::{Found, Input, discover};
+use super::discover::discover;
 use super::file::{ParquetFile, PendingRead};
+use super::input::{Found, Input};
 use super::source_schema::SourceSchema;
 use super::url_input::RemoteSettings;
 use crate::{ArrowRows, Error, Result, RetryPolicy, RowDecoder};

@@ -9,8 +9,8 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use kiln_core::Fingerprint;
 
 use super::conform::{ColumnSource, Conform};
-use super::discover::Found;
 use super::file::ParquetFile;
+use super::input::Found;
 use super::unify::{type_difference, unify};
 use crate::{Error, Result};
 

@@ -1,8 +1,10 @@
 //! URL inputs: `file://` URLs as local paths, object-store URLs as listed objects.
 
 #[cfg(feature = "remote")]
-use super::discover::Found;
-use super::discover::Input;
+use super::input::Found;
+use super::input::Input;
+#[cfg(not(feature = "remote"))]
+use super::scheme::missing_feature;
 use crate::{Error, Result, RetryPolicy};
 
 /// The object-store settings of a source: `object_store` options and the retry policy.
@@ -85,24 +87,6 @@ fn remote(parsed: &url::Url, _: bool, _: &RemoteSettings) -> Result<UrlInput> {
         url: parsed.to_string(),
         reason: missing_feature(parsed.scheme()),
     })
-}
-
-/// Why a scheme is not readable in this build.
-#[cfg_attr(feature = "remote", allow(dead_code))]
-pub(crate) fn missing_feature(scheme: &str) -> String {
-    let feature = match scheme {
-        "s3" | "s3a" => "s3",
-        "gs" => "gcs",
-        "az" | "abfs" | "abfss" | "azure" | "adl" => "azure",
-        "http" | "https" => "http",
-        _ => {
-            return format!(
-                "unknown scheme {scheme:?} (kiln-data reads file://, s3://, gs://, az://, \
-                 http:// and https:// URLs)"
-            );
-        }
-    };
-    format!("kiln-data was built without its `{feature}` feature, which reads {scheme}:// URLs")
 }
 
 #[cfg(test)]

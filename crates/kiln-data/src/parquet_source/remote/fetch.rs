@@ -24,6 +24,8 @@ pub(crate) struct RemoteObject {
     e_tag: Option<String>,
     /// The modification time, in whole seconds (what an HTTP `Last-Modified` header holds).
     modified_seconds: i64,
+    /// The modification time as listed, for messages.
+    modified: String,
 }
 
 /// The two ends of an object, fetched together when it is opened: its first 4 bytes (the
@@ -49,6 +51,7 @@ impl RemoteObject {
             version: version_of(meta),
             e_tag: meta.e_tag.clone(),
             modified_seconds: meta.last_modified.timestamp(),
+            modified: meta.last_modified.to_rfc3339(),
             store,
         }
     }
@@ -204,9 +207,9 @@ impl RemoteObject {
             let now = meta.last_modified.timestamp();
             (now != self.modified_seconds).then(|| {
                 format!(
-                    "it was modified at {} (it was {} when listed)",
+                    "its modification time is {} ({} when the source was built)",
                     meta.last_modified.to_rfc3339(),
-                    self.modified_seconds
+                    self.modified
                 )
             })
         };

@@ -133,7 +133,7 @@ fn build_store(
             }
             finish(builder.with_retry(no_client_retries()).build())
         }
-        scheme => Err(super::super::url_input::missing_feature(scheme)),
+        scheme => Err(super::super::scheme::missing_feature(scheme)),
     }
 }
 
