@@ -85,8 +85,7 @@ pub use arrow_schema;
 pub use kiln_cache as cache;
 
 pub use columnar::{
-    BurnColumnar, ColumnBatcher, ColumnarCollate, columnar_fn, float_matrix, gather_rows,
-    int_vector,
+    BurnColumnar, ColumnBatcher, columnar_fn, float_matrix, gather_rows, int_vector,
 };
 pub use error::{BoxError, Error, Result};
 pub use load::{

@@ -1,31 +1,18 @@
-//! [`ColumnarCollate`]: collation that hands the batch over as Arrow columns.
-
-use std::fmt;
+//! [`columnar_fn`]: collation that hands the batch over as Arrow columns.
 
 use arrow_array::RecordBatch;
 
 use super::gather::gather_rows;
-use crate::{ArrowRow, Collate};
-
-/// Collates [`ArrowRow`]s column by column: the batch's rows, in plan order, are gathered from
-/// the decoded chunks they sit in into one `RecordBatch` ([`gather_rows`]), which a closure
-/// then turns into the batch (tensors, say: see [`float_matrix`](crate::float_matrix)).
-///
-/// This is the fast path of a [`ParquetSource`](crate::ParquetSource) with its default
-/// decoder, [`ArrowRows`](crate::ArrowRows): no value is turned into a per-sample Rust value
-/// and back; each column of a batch is one Arrow kernel call. The order of the rows is exactly
-/// the plan's, shuffled or not. See [`columnar_fn`].
-#[derive(Clone, Copy)]
-pub struct ColumnarCollate<F>(F);
-
-impl<F> fmt::Debug for ColumnarCollate<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ColumnarCollate").finish_non_exhaustive()
-    }
-}
+use crate::{ArrowRow, CollateFn, collate_fn};
 
 /// Columnar collation by a closure from the batch's columns (one `RecordBatch` of the
-/// source's schema, rows in plan order) to the batch.
+/// source's schema, rows in plan order) to the batch: a [`CollateFn`] over [`ArrowRow`]s.
+///
+/// The batch's rows are gathered from the decoded chunks they sit in ([`gather_rows`]), each
+/// column with one Arrow kernel call, and the closure turns them into the batch (tensors, say:
+/// see [`float_matrix`](crate::float_matrix)). This is the columnar path of a
+/// [`ParquetSource`](crate::ParquetSource) with its default decoder,
+/// [`ArrowRows`](crate::ArrowRows): no value becomes a per-sample Rust value and back.
 ///
 /// A batch whose rows cannot be gathered (a string column past Arrow's 2 GiB offset limit)
 /// panics in the collation, which ends the epoch with an error naming the batch.
@@ -56,19 +43,11 @@ impl<F> fmt::Debug for ColumnarCollate<F> {
 /// assert_eq!(batches[0].as_ref().unwrap(), &[0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn columnar_fn<F>(function: F) -> ColumnarCollate<F> {
-    ColumnarCollate(function)
-}
-
-impl<O, F> Collate<ArrowRow> for ColumnarCollate<F>
+pub fn columnar_fn<O, F>(function: F) -> CollateFn<impl Fn(Vec<ArrowRow>) -> O + Send + Sync>
 where
-    O: Send,
     F: Fn(RecordBatch) -> O + Send + Sync,
 {
-    type Output = O;
-    fn collate(&self, rows: Vec<ArrowRow>) -> O {
-        (self.0)(gather(&rows))
-    }
+    collate_fn(move |rows: Vec<ArrowRow>| function(gather(&rows)))
 }
 
 /// The batch's columns; the loader never collates an empty batch.

@@ -6,5 +6,5 @@ mod collate;
 mod gather;
 
 pub use burn_columns::{BurnColumnar, ColumnBatcher, float_matrix, int_vector};
-pub use collate::{ColumnarCollate, columnar_fn};
+pub use collate::columnar_fn;
 pub use gather::gather_rows;

@@ -187,7 +187,7 @@ impl ParquetFile {
                 .str("parquet-object")
                 .str(&remote.url)
                 .u64(self.bytes)
-                .str(&remote.version)
+                .str(remote.version())
                 .fingerprint(self.footer.hash)
                 .finish();
         }
@@ -287,6 +287,14 @@ impl ParquetFile {
             File::open(&self.path).map_err(|source| Error::io("opening", &self.path, source))?;
         self.check_unchanged(&mut file)?;
         self.read_range(&mut file, row_group)
+    }
+
+    /// Whether the file lives in an object store (whose reads are worth starting early).
+    pub(crate) fn is_remote(&self) -> bool {
+        #[cfg(feature = "remote")]
+        return self.remote.is_some();
+        #[cfg(not(feature = "remote"))]
+        false
     }
 
     /// Starts fetching a row group of an object-store file on the store's runtime; `None` for

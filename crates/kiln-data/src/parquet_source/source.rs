@@ -422,9 +422,13 @@ impl<D: RowDecoder> BlockSource for ParquetSource<D> {
     /// Starts fetching an object-store row group now, on the store's runtime, so that its
     /// [`read_block`](BlockSource::read_block) finds the bytes in (a local file: nothing).
     fn prefetch(&self, block: BlockIndex) {
+        // A local read is cheap to start when its turn comes: no lock on the loader's path.
         let Ok((file, row_group)) = self.locate(block) else {
             return;
         };
+        if !file.is_remote() {
+            return;
+        }
         let mut pending = self
             .pending
             .lock()

@@ -19,8 +19,6 @@ pub(crate) struct RemoteObject {
     pub(crate) location: ObjectPath,
     pub(crate) url: String,
     pub(crate) size: u64,
-    /// The entity tag, or else the modification time: what identifies this version.
-    pub(crate) version: String,
     e_tag: Option<String>,
     /// The modification time, in whole seconds (what an HTTP `Last-Modified` header holds).
     modified_seconds: i64,
@@ -48,12 +46,16 @@ impl RemoteObject {
             url: store.url_of(&meta.location),
             location: meta.location.clone(),
             size: meta.size,
-            version: version_of(meta),
             e_tag: meta.e_tag.clone(),
             modified_seconds: meta.last_modified.timestamp(),
             modified: meta.last_modified.to_rfc3339(),
             store,
         }
+    }
+
+    /// What identifies this version of the object: its entity tag, else its modification time.
+    pub(crate) fn version(&self) -> &str {
+        self.e_tag.as_deref().unwrap_or(&self.modified)
     }
 
     /// Looks an object up (one HEAD request, retried).
@@ -235,13 +237,6 @@ impl RemoteObject {
         }
         Ok(bytes)
     }
-}
-
-/// What identifies an object's version: its entity tag, else its modification time.
-fn version_of(meta: &ObjectMeta) -> String {
-    meta.e_tag
-        .clone()
-        .unwrap_or_else(|| format!("modified {}", meta.last_modified.to_rfc3339()))
 }
 
 /// Runs a request until it succeeds, fails for good, or has been tried `retry.attempts()`

@@ -97,41 +97,33 @@ fn build_store(
         .iter()
         .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
         .chain(options.iter().cloned());
+    // Every builder takes the same steps; they share no trait to write them once with.
+    #[allow(unused_macros, reason = "unused when no store feature is on")]
+    macro_rules! open {
+        ($builder:expr) => {{
+            let mut builder = $builder;
+            for (key, value) in settings {
+                builder = builder.with_config(parse_key(&key)?, value);
+            }
+            finish(builder.with_retry(no_client_retries()).build())
+        }};
+    }
     match url.scheme() {
         #[cfg(feature = "s3")]
         "s3" | "s3a" => {
-            let mut builder = object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str());
-            for (key, value) in settings {
-                builder = builder.with_config(parse_key(&key)?, value);
-            }
-            finish(builder.with_retry(no_client_retries()).build())
+            open!(object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str()))
         }
         #[cfg(feature = "gcs")]
         "gs" => {
-            let mut builder =
-                object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url.as_str());
-            for (key, value) in settings {
-                builder = builder.with_config(parse_key(&key)?, value);
-            }
-            finish(builder.with_retry(no_client_retries()).build())
+            open!(object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url.as_str()))
         }
         #[cfg(feature = "azure")]
         "az" | "abfs" | "abfss" | "azure" | "adl" => {
-            let mut builder =
-                object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url.as_str());
-            for (key, value) in settings {
-                builder = builder.with_config(parse_key(&key)?, value);
-            }
-            finish(builder.with_retry(no_client_retries()).build())
+            open!(object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url.as_str()))
         }
         #[cfg(feature = "http")]
         "http" | "https" => {
-            let mut builder =
-                object_store::http::HttpBuilder::new().with_url(&url[..Position::BeforePath]);
-            for (key, value) in settings {
-                builder = builder.with_config(parse_key(&key)?, value);
-            }
-            finish(builder.with_retry(no_client_retries()).build())
+            open!(object_store::http::HttpBuilder::new().with_url(&url[..Position::BeforePath]))
         }
         scheme => Err(super::super::scheme::missing_feature(scheme)),
     }
