@@ -140,19 +140,19 @@ impl DataParallel {
             }
             drop(sender);
             let mut results: Vec<(u32, T)> = Vec::new();
-            let mut first_failure: Option<(u32, String)> = None;
+            let mut failures: Vec<(u32, String)> = Vec::new();
             for (rank, outcome) in receiver {
                 match outcome {
                     Ok(value) => results.push((rank, value)),
                     Err(message) => {
-                        if first_failure.is_none() {
+                        if failures.is_empty() {
                             release_waiting::<B>();
-                            first_failure = Some((rank, message));
                         }
+                        failures.push((rank, message));
                     }
                 }
             }
-            if let Some((rank, message)) = first_failure {
+            if let Some((rank, message)) = root_failure(failures) {
                 return Err(Error::ReplicaFailed { rank, message });
             }
             results.sort_by_key(|(rank, _)| *rank);
@@ -225,6 +225,19 @@ fn check_one_tokio_worker(workers: Option<&str>) -> Result<()> {
 
 /// Resets burn-collective's server for the backend, which fails every operation a replica waits
 /// in. A server that already died (it panics on what it does not implement) needs no reset.
+/// The failure to report: the first that is not only the echo of another's, a collective that
+/// was torn down under a replica (a failed peer, or the reset that releases the others, can
+/// end burn-collective's local server before a replica's own answer reaches it).
+fn root_failure(failures: Vec<(u32, String)>) -> Option<(u32, String)> {
+    let echo = |message: &str| message.contains("LocalServerMissing");
+    let root = failures.iter().position(|(_, message)| !echo(message));
+    let mut failures = failures;
+    match root {
+        Some(index) => Some(failures.swap_remove(index)),
+        None => failures.into_iter().next(),
+    }
+}
+
 fn release_waiting<B: AutodiffBackend>() {
     let _ = catch_unwind(reset_collective::<B::InnerBackend>);
 }
