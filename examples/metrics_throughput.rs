@@ -1,6 +1,10 @@
 //! Trajectory metrics throughput: the Argoverse 2 preset on seeded synthetic forecasts, measured
 //! on the host path (one thread and the chosen thread count) and on the Burn tensor path.
 //!
+//! `--joint A` scores every A consecutive agents as one joint prediction (av2's multi-agent
+//! setting: the world with the lowest mean FDE, the actor miss rate); `--trajectory-types`
+//! classifies each ground truth into Waymo's trajectory types, which adds mAP and soft mAP.
+//!
 //! The data: N agents driving for T steps at 10 Hz with random speed, acceleration and turn
 //! rate; K forecasts per agent that guess the speed and turn rate with some error; mode
 //! probabilities that favor the better guesses. `--dump DIR` writes the exact data as raw
@@ -21,7 +25,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kiln::backend::{BackendTask, DevicePreference, select};
 use kiln::core::Metric;
 use kiln::metrics::{
-    BatchShape, MetricReport, MetricsConfig, Parallelism, TensorTrajectoryBatch, TrajectoryBatch,
+    BatchShape, MetricReport, MetricsConfig, Parallelism, TensorTrajectoryBatch, TrackState,
+    TrajectoryBatch, TrajectoryType,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -63,19 +68,45 @@ struct Args {
     /// Write the generated data (raw little-endian f32 and meta.json) into this directory.
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// Agents per joint prediction: every A consecutive agents form one scene whose worlds
+    /// share one probability (the mean of the agents' rows). N and --batch must be multiples.
+    #[arg(long, default_value_t = 1)]
+    joint: usize,
+    /// Classify each ground truth into Waymo's trajectory types and report mAP and soft mAP
+    /// (host path only).
+    #[arg(long)]
+    trajectory_types: bool,
 }
 
-/// The synthetic batch: predictions [N, K, T, 2], ground truth [N, T, 2], probabilities [N, K].
+/// The synthetic batch: predictions [N, K, T, 2], ground truth [N, T, 2], probabilities
+/// [N / A, K] (one row per joint prediction) and each ground truth's trajectory type.
 struct Data {
     predictions: Vec<f32>,
     ground_truth: Vec<f32>,
     probabilities: Vec<f32>,
+    trajectory_types: Vec<Option<TrajectoryType>>,
+}
+
+impl Args {
+    /// The Argoverse 2 preset with `--joint` agents per prediction.
+    fn config(&self) -> MetricsConfig {
+        let mut config = MetricsConfig::argoverse2();
+        config.agents_per_prediction = self.joint;
+        config
+    }
 }
 
 const STEP_SECONDS: f32 = 0.1;
 
-/// Rolls a constant-turn-rate, constant-acceleration motion out for `steps` steps.
-fn roll_out(out: &mut [f32], speed_mps: f32, heading: f32, turn_rate: f32, accel: f32) {
+/// Rolls a constant-turn-rate, constant-acceleration motion out for `steps` steps from the
+/// origin; returns the final speed and heading.
+fn roll_out(
+    out: &mut [f32],
+    speed_mps: f32,
+    heading: f32,
+    turn_rate: f32,
+    accel: f32,
+) -> (f32, f32) {
     let (mut x, mut y, mut speed, mut heading) = (0.0f32, 0.0f32, speed_mps, heading);
     for point in out.chunks_exact_mut(2) {
         speed = (speed + accel * STEP_SECONDS).max(0.0);
@@ -84,6 +115,18 @@ fn roll_out(out: &mut [f32], speed_mps: f32, heading: f32, turn_rate: f32, accel
         y += speed * STEP_SECONDS * heading.sin();
         point[0] = x;
         point[1] = y;
+    }
+    (speed, heading)
+}
+
+/// A state at `(x, y)` moving at `speed` along `heading`.
+fn state(x: f32, y: f32, speed: f32, heading: f32) -> TrackState {
+    TrackState {
+        x,
+        y,
+        heading,
+        velocity_x: speed * heading.cos(),
+        velocity_y: speed * heading.sin(),
     }
 }
 
@@ -94,6 +137,7 @@ fn generate(args: &Args, progress: &ProgressBar) -> Data {
         predictions: vec![0.0; n * k * t * 2],
         ground_truth: vec![0.0; n * t * 2],
         probabilities: vec![0.0; n * k],
+        trajectory_types: Vec::new(),
     };
     let mut logits = vec![0.0f32; k];
     for agent in 0..n {
@@ -101,13 +145,14 @@ fn generate(args: &Args, progress: &ProgressBar) -> Data {
         let heading = rng.random_range(-std::f32::consts::PI..std::f32::consts::PI);
         let turn_rate = rng.random_range(-0.3f32..0.3);
         let accel = rng.random_range(-1.0f32..1.0);
-        roll_out(
-            &mut data.ground_truth[agent * t * 2..][..t * 2],
-            speed,
-            heading,
-            turn_rate,
-            accel,
-        );
+        let truth = &mut data.ground_truth[agent * t * 2..][..t * 2];
+        let (end_speed, end_heading) = roll_out(truth, speed, heading, turn_rate, accel);
+        if args.trajectory_types {
+            let end = state(truth[t * 2 - 2], truth[t * 2 - 1], end_speed, end_heading);
+            let start = state(0.0, 0.0, speed, heading);
+            data.trajectory_types
+                .push(Some(TrajectoryType::classify(start, end)));
+        }
         for (mode, logit) in logits.iter_mut().enumerate() {
             let speed_error = rng.random_range(-0.05f32..0.05);
             let turn_error = rng.random_range(-0.015f32..0.015);
@@ -133,6 +178,20 @@ fn generate(args: &Args, progress: &ProgressBar) -> Data {
             progress.set_position(agent as u64);
         }
     }
+    if args.joint > 1 {
+        // One row per scene: the mean of its agents' rows (still summing to 1).
+        let rows: Vec<f32> = data
+            .probabilities
+            .chunks_exact(k * args.joint)
+            .flat_map(|scene| {
+                (0..k).map(move |mode| {
+                    let total: f32 = scene.chunks_exact(k).map(|row| row[mode]).sum();
+                    total / args.joint as f32
+                })
+            })
+            .collect();
+        data.probabilities = rows;
+    }
     progress.finish_and_clear();
     data
 }
@@ -153,16 +212,18 @@ fn host_pass(args: &Args, data: &Data, threads: usize) -> anyhow::Result<(f64, M
     let mut best = f64::INFINITY;
     let mut report = None;
     for _ in 0..args.repeats.max(1) {
-        let mut metrics = MetricsConfig::argoverse2()
-            .init()?
-            .with_parallelism(parallelism);
+        let mut metrics = args.config().init()?.with_parallelism(parallelism);
         let started = Instant::now();
         // Validation is part of the measured work: a real update checks its inputs.
-        let batch = TrajectoryBatch::new(shape, &data.predictions, &data.ground_truth)?
+        let mut batch = TrajectoryBatch::new(shape, &data.predictions, &data.ground_truth)?
             .with_probabilities(&data.probabilities)?;
+        if args.trajectory_types {
+            batch = batch.with_trajectory_types(&data.trajectory_types)?;
+        }
         pool.install(|| metrics.update(&batch))?;
-        best = best.min(started.elapsed().as_secs_f64());
+        // So is the report: mAP sorts its samples there.
         report = Some(metrics.compute());
+        best = best.min(started.elapsed().as_secs_f64());
     }
     Ok((best, report.context("no host pass ran")?))
 }
@@ -203,10 +264,9 @@ fn measure_tensor<B: Backend>(
             TensorData::new(slice(&data.ground_truth, t * 2), [count, t, 2]),
             device,
         );
-        let p = Tensor::<B, 2>::from_data(
-            TensorData::new(slice(&data.probabilities, k), [count, k]),
-            device,
-        );
+        let scenes = count / args.joint;
+        let rows = &data.probabilities[start / args.joint * k..][..scenes * k];
+        let p = Tensor::<B, 2>::from_data(TensorData::new(rows.to_vec(), [scenes, k]), device);
         batches.push(TensorTrajectoryBatch::new(predictions, truth)?.with_probabilities(p)?);
     }
     let upload_seconds = upload_started.elapsed().as_secs_f64();
@@ -214,7 +274,7 @@ fn measure_tensor<B: Backend>(
     let mut best = f64::INFINITY;
     let mut report = None;
     for _ in 0..args.repeats.max(1) {
-        let mut metrics = MetricsConfig::argoverse2().init()?;
+        let mut metrics = args.config().init()?;
         let started = Instant::now();
         for batch in &batches {
             metrics.update(batch)?;
@@ -263,9 +323,19 @@ fn dump(dir: &Path, args: &Args, data: &Data) -> anyhow::Result<()> {
         (
             "probabilities.f32",
             &data.probabilities,
-            vec![args.n, args.k],
+            vec![args.n / args.joint, args.k],
         ),
     ];
+    // Waymo's type codes, -1 where there is none.
+    let codes: Vec<f32> = data
+        .trajectory_types
+        .iter()
+        .map(|kind| kind.map_or(-1.0, |kind| kind as u8 as f32))
+        .collect();
+    let mut files = files.to_vec();
+    if args.trajectory_types {
+        files.push(("trajectory_types.f32", &codes, vec![args.n]));
+    }
     let mut meta = serde_json::Map::new();
     for (name, values, shape) in &files {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -276,6 +346,7 @@ fn dump(dir: &Path, args: &Args, data: &Data) -> anyhow::Result<()> {
         );
     }
     meta.insert("seed".into(), args.seed.into());
+    meta.insert("agents_per_prediction".into(), args.joint.into());
     write_atomic(
         &dir.join("meta.json"),
         serde_json::to_string_pretty(&meta)?.as_bytes(),
@@ -299,6 +370,7 @@ fn max_relative_difference(a: &MetricReport, b: &MetricReport) -> f64 {
                         e.p_min_ade,
                         e.p_min_fde,
                         e.p_miss_rate,
+                        e.actor_miss_rate,
                     ]);
                 }
                 v
@@ -323,6 +395,12 @@ fn main() -> anyhow::Result<()> {
         "--n, --k and --t must be at least 1"
     );
     ensure!(args.batch > 0, "--batch must be at least 1");
+    ensure!(
+        args.joint > 0 && args.n % args.joint == 0 && args.batch % args.joint == 0,
+        "--joint must be at least 1 and divide --n ({}) and --batch ({})",
+        args.n,
+        args.batch
+    );
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -350,6 +428,8 @@ fn main() -> anyhow::Result<()> {
     let mut figures = serde_json::json!({
         "n": args.n, "k": args.k, "t": args.t, "seed": args.seed,
         "preset": "argoverse2",
+        "agents_per_prediction": args.joint,
+        "trajectory_types": args.trajectory_types,
         "generate_seconds": generate_seconds,
         "host_threads": threads,
         "host_seconds": host_seconds,
@@ -363,10 +443,14 @@ fn main() -> anyhow::Result<()> {
         "p_min_ade": k6.p_min_ade, "p_min_fde": k6.p_min_fde, "p_miss_rate": k6.p_miss_rate,
         "min_ade_k1": k1.min_ade, "min_fde_k1": k1.min_fde, "miss_rate_k1": k1.miss_rate,
         "ade": host_report.horizons[0].ade, "fde": host_report.horizons[0].fde,
+        "actor_miss_rate": k6.actor_miss_rate,
+        "mean_average_precision": k6.mean_average_precision,
+        "soft_mean_average_precision": k6.soft_mean_average_precision,
+        "mean_average_precision_k1": k1.mean_average_precision,
     });
     println!(
-        "kiln metrics throughput: argoverse2 preset, N = {}, K = {}, T = {}",
-        args.n, args.k, args.t
+        "kiln metrics throughput: argoverse2 preset, N = {}, K = {}, T = {}, {} agent(s) per prediction",
+        args.n, args.k, args.t, args.joint
     );
     println!("  data generated in      {generate_seconds:.2} s");
     println!(
@@ -417,6 +501,16 @@ fn main() -> anyhow::Result<()> {
         show(k1.min_fde),
         show(k1.miss_rate)
     );
+    if args.joint > 1 {
+        println!("  actorMR@6 {}", show(k6.actor_miss_rate));
+    }
+    if args.trajectory_types {
+        println!(
+            "  mAP@6 {}  soft mAP@6 {}",
+            show(k6.mean_average_precision),
+            show(k6.soft_mean_average_precision)
+        );
+    }
 
     if let Some(path) = &args.json {
         write_atomic(

@@ -3,7 +3,11 @@
 #
 #   benches/peers/metrics_av2.sh                 # N = 100000, K = 6, T = 60
 #   N=20000 benches/peers/metrics_av2.sh         # smaller
+#   benches/peers/metrics_av2.sh --joint 2 --trajectory-types
+#                                                # scenes of 2 agents (av2's world functions,
+#                                                # the actor miss rate) and Waymo's mAP
 #
+# Arguments are passed on to the `metrics_throughput` example.
 # Creates a virtual environment under ${KILN_PEERS_CACHE:-~/.cache/kiln-peers}, installs numpy
 # and av2 there, runs kiln's `metrics_throughput` example (release build) with `--dump`, then
 # `metrics_av2.py` on the dumped data: it checks that the numbers agree and prints the ratios.
@@ -44,6 +48,6 @@ fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMEXPR_NUM_THREADS=1 VECLIB_MAXIMUM_THREADS=1
 
 cargo run --release --quiet --example metrics_throughput -- \
-  --n "$N" --k "$K" --t "$T" --seed "$SEED" --json "$WORK/kiln.json" --dump "$WORK/data"
+  --n "$N" --k "$K" --t "$T" --seed "$SEED" --json "$WORK/kiln.json" --dump "$WORK/data" "$@"
 "$VENV/bin/python" benches/peers/metrics_av2.py --data "$WORK/data" --kiln-json "$WORK/kiln.json" \
   ${PEERS_JSON:+--json "$PEERS_JSON"}

@@ -1,6 +1,8 @@
 //! [`TrajectoryBatch`]: one batch of predictions and ground truth as borrowed host slices.
 
 use crate::input_checks::{check_finite, check_len};
+use crate::scene_boxes::SceneBoxes;
+use crate::trajectory_type::TrajectoryType;
 use crate::{Error, Result};
 
 /// The dimensions of a batch: `agents` (N), `modes` (K) and `steps` (T).
@@ -62,6 +64,8 @@ pub struct TrajectoryBatch<'a> {
     valid: Option<&'a [bool]>,
     velocity: Option<&'a [f32]>,
     heading: Option<&'a [f32]>,
+    trajectory_types: Option<&'a [Option<TrajectoryType>]>,
+    boxes: Option<SceneBoxes<'a>>,
 }
 
 impl<'a> TrajectoryBatch<'a> {
@@ -95,6 +99,8 @@ impl<'a> TrajectoryBatch<'a> {
             valid: None,
             velocity: None,
             heading: None,
+            trajectory_types: None,
+            boxes: None,
         })
     }
 
@@ -139,6 +145,39 @@ impl<'a> TrajectoryBatch<'a> {
         check_finite("heading", heading, &[self.shape.steps], &["step"])?;
         self.heading = Some(heading);
         Ok(self)
+    }
+
+    /// Adds each agent's [`TrajectoryType`] (`[N]`; `None` where the track cannot be
+    /// classified), which turns on Waymo's mAP and soft mAP; they also need probabilities.
+    pub fn with_trajectory_types(
+        mut self,
+        trajectory_types: &'a [Option<TrajectoryType>],
+    ) -> Result<Self> {
+        check_len(
+            "trajectory_types",
+            trajectory_types.len(),
+            &[self.shape.agents],
+        )?;
+        self.trajectory_types = Some(trajectory_types);
+        Ok(self)
+    }
+
+    /// Adds the boxes of the objects around the agents, which turns on Waymo's overlap rate.
+    pub fn with_boxes(mut self, boxes: SceneBoxes<'a>) -> Result<Self> {
+        check_len("boxes (agents)", boxes.agents(), &[self.shape.agents])?;
+        check_len("boxes (steps)", boxes.steps(), &[self.shape.steps])?;
+        self.boxes = Some(boxes);
+        Ok(self)
+    }
+
+    /// Each agent's trajectory type, if given.
+    pub fn trajectory_types(&self) -> Option<&'a [Option<TrajectoryType>]> {
+        self.trajectory_types
+    }
+
+    /// The scene boxes, if given.
+    pub fn boxes(&self) -> Option<&SceneBoxes<'a>> {
+        self.boxes.as_ref()
     }
 
     /// The batch's dimensions.
@@ -190,6 +229,8 @@ impl<'a> TrajectoryBatch<'a> {
             valid: self.valid.map(|v| &v[start * steps..end * steps]),
             velocity: self.velocity.map(|v| range(v, 2)),
             heading: self.heading.map(|h| range(h, steps)),
+            trajectory_types: self.trajectory_types.map(|t| &t[start..end]),
+            boxes: self.boxes.map(|b| b.agents_range(start, end)),
         }
     }
 }

@@ -38,6 +38,8 @@ pub enum ReportedValue {
     BrierMinFde,
     /// p-minADE@K.
     PMinAde,
+    /// Actor miss rate@K (joint predictions).
+    ActorMissRate,
 }
 
 impl ReportedValue {
@@ -50,12 +52,13 @@ impl ReportedValue {
             ReportedValue::MissRate => "MR",
             ReportedValue::BrierMinFde => "brier-minFDE",
             ReportedValue::PMinAde => "p-minADE",
+            ReportedValue::ActorMissRate => "actorMR",
         }
     }
 
     fn unit(self) -> Option<&'static str> {
         match self {
-            ReportedValue::MissRate => None,
+            ReportedValue::MissRate | ReportedValue::ActorMissRate => None,
             _ => Some("m"),
         }
     }
@@ -189,6 +192,7 @@ impl<B: Backend> BurnTrajectoryMetric<B> {
             ReportedValue::MissRate => at_k.miss,
             ReportedValue::BrierMinFde => at_k.brier_min_fde,
             ReportedValue::PMinAde => at_k.p_min_ade,
+            ReportedValue::ActorMissRate => at_k.actor_miss,
         }
     }
 

@@ -186,6 +186,13 @@ impl MetricsConfig {
         matches!(self.miss, MissRule::LateralLongitudinal { .. })
     }
 
+    /// Whether a miss needs a final step: under max distance with independent minima an agent
+    /// with any valid step can be scored.
+    pub(crate) fn miss_needs_final(&self) -> bool {
+        !matches!(self.miss, MissRule::MaxDistance { .. })
+            || self.selection == ModeSelection::MinFde
+    }
+
     /// The K values with their kept-mode counts for `modes` submitted modes, in config order.
     pub(crate) fn kept_modes(&self, modes: usize) -> Vec<usize> {
         self.top_k.iter().map(|&k| k.min(modes)).collect()

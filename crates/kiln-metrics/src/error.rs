@@ -104,6 +104,30 @@ pub enum Error {
         /// Agents per joint prediction in the configuration.
         agents_per_prediction: usize,
     },
+    /// An object box for the overlap rate that cannot be measured.
+    #[error("box of object {object} in scene {scene} at step {step}: {reason}")]
+    InvalidBox {
+        /// Scene index.
+        scene: usize,
+        /// Object index within the scene.
+        object: usize,
+        /// Step index.
+        step: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An index of [`SceneBoxes`](crate::SceneBoxes) pointing outside its table.
+    #[error("`{field}` of agent {agent} is {value}, but there are only {limit}")]
+    IndexOutOfRange {
+        /// The index field.
+        field: &'static str,
+        /// The agent whose index it is.
+        agent: usize,
+        /// The index.
+        value: usize,
+        /// The number of entries it indexes.
+        limit: usize,
+    },
     /// Two metric states with different configurations cannot be merged.
     #[error("cannot merge metrics of different configurations ({left} and {right})")]
     ConfigMismatch {

@@ -5,7 +5,9 @@ use rayon::prelude::*;
 use crate::batch::TrajectoryBatch;
 use crate::config::MetricsConfig;
 use crate::input_checks::check_probability_row;
+use crate::match_samples::{add_match_samples, prediction_bucket};
 use crate::mode_errors::{BatchPlan, UnitErrors};
+use crate::overlap::add_overlap;
 use crate::selection::{accumulate_unit, rank_modes};
 use crate::sums::MetricSums;
 use crate::{Error, Result};
@@ -60,6 +62,12 @@ pub(crate) fn plan_batch(config: &MetricsConfig, batch: &TrajectoryBatch<'_>) ->
         for (prediction, row) in p.chunks_exact(shape.modes).enumerate() {
             check_probability_row(&config.probabilities, prediction, row)?;
         }
+    }
+    if batch.trajectory_types().is_some() && batch.probabilities().is_none() {
+        return Err(Error::MissingInput {
+            field: "probabilities",
+            needed_by: "mAP (the batch has trajectory types)",
+        });
     }
     if config.needs_motion() {
         for (field, present) in [
@@ -125,9 +133,11 @@ fn measure_sequential(
     let mut sums = MetricSums::for_config(config);
     let mut errors = UnitErrors::new(config.horizons.len(), shape.modes, shape.steps);
     let mut order = Vec::with_capacity(shape.modes);
+    let mut by_confidence = Vec::with_capacity(shape.modes);
     for unit in 0..shape.agents / per_prediction {
+        let agents = unit * per_prediction..(unit + 1) * per_prediction;
         errors.reset();
-        for agent in unit * per_prediction..(unit + 1) * per_prediction {
+        for agent in agents.clone() {
             errors.add_agent(config, plan, batch, agent, weight);
         }
         let probabilities = batch
@@ -135,6 +145,23 @@ fn measure_sequential(
             .map(|p| &p[unit * shape.modes..][..shape.modes]);
         rank_modes(config.pruning, shape.modes, probabilities, &mut order);
         accumulate_unit(config, plan, &errors, &order, probabilities, &mut sums);
+        if let (Some(types), Some(confidences)) = (batch.trajectory_types(), probabilities)
+            && let Some(bucket) = prediction_bucket(&types[agents.clone()])
+        {
+            add_match_samples(
+                config,
+                plan,
+                &errors,
+                &order,
+                confidences,
+                bucket,
+                &mut by_confidence,
+                &mut sums,
+            );
+        }
+        if let Some(boxes) = batch.boxes() {
+            add_overlap(plan, batch, boxes, agents, &order, probabilities, &mut sums);
+        }
     }
     sums
 }

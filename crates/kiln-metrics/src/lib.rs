@@ -1,9 +1,10 @@
 //! Trajectory-forecasting metrics exactly as Argoverse 1 and 2, nuScenes and Waymo define them.
 //!
-//! ADE, FDE, minADE@K, minFDE@K, miss rate@K, brier-minADE/FDE, p-minADE/FDE and p-MR, at
-//! several horizons and K values in one pass, as one streaming [`TrajectoryMetrics`] state that
-//! implements kiln-core's [`Metric`](kiln_core::Metric) seam: sum/count accumulators merge
-//! exactly across threads, ranks and devices.
+//! ADE, FDE, minADE@K, minFDE@K, miss rate@K, brier-minADE/FDE, p-minADE/FDE, p-MR and, for
+//! joint predictions, av2's actor miss rate, at several horizons and K values in one pass, as one
+//! streaming [`TrajectoryMetrics`] state that implements kiln-core's
+//! [`Metric`](kiln_core::Metric) seam: sum/count accumulators merge exactly across threads, ranks
+//! and devices.
 //!
 //! - **Policies** ([`MetricsConfig`]): mode selection, miss rule, top-K pruning, mask handling,
 //!   probability checks; presets [`argoverse1`](MetricsConfig::argoverse1),
@@ -13,6 +14,9 @@
 //!   threads) and Burn tensors on any backend, reduced on the device.
 //! - **Errors, not panics**: bad shapes, K = 0, NaN or infinite values and probabilities the
 //!   policy rejects come back as an [`Error`] naming the field, agent and position.
+//! - **Waymo's mAP, soft mAP and overlap rate** on host batches that carry each agent's
+//!   [`TrajectoryType`] (Waymo's `ClassifyTrack`, [`TrajectoryType::of_track`]) and the
+//!   [`SceneBoxes`] of the objects around it.
 //! - `per_mode`: av2-style per-hypothesis building blocks; `precision_recall`: Waymo's PR curve
 //!   and average precision for given (confidence, true positive) samples.
 //! - Feature `burn-train`: `BurnTrajectoryMetric` implements burn-train's `Metric` and
@@ -44,16 +48,22 @@ mod config;
 mod error;
 mod host;
 mod input_checks;
+mod match_samples;
 mod metric;
 mod mode_errors;
+mod oriented_box;
+mod overlap;
 pub mod per_mode;
 mod policy;
 pub mod precision_recall;
+mod precision_sums;
 mod presets;
 mod report;
+mod scene_boxes;
 mod selection;
 mod sums;
 mod tensor;
+mod trajectory_type;
 
 pub use batch::{BatchShape, TrajectoryBatch};
 #[cfg(feature = "burn-train")]
@@ -66,6 +76,9 @@ pub use policy::{
     FinalStep, MissRule, ModeSelection, ProbabilityCheck, ProbabilityPolicy, Pruning, SpeedScaling,
     TieOrder,
 };
+pub use precision_sums::{MatchOutcome, MatchSample, PrecisionBucket, PrecisionSums};
 pub use report::{HorizonReport, MetricReport, TopKReport};
+pub use scene_boxes::{BOX_VALUES, SceneBoxes};
 pub use sums::{HorizonSums, Mean, MetricSums, TopKSums};
 pub use tensor::TensorTrajectoryBatch;
+pub use trajectory_type::{TRAJECTORY_TYPES, TrackState, TrajectoryType};

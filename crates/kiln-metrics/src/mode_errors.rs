@@ -47,6 +47,8 @@ pub(crate) struct UnitErrors {
     pub ade: Vec<f64>,
     pub fde: Vec<f64>,
     pub miss: Vec<bool>,
+    /// Agents that miss, per hypothesis (the actor miss rate).
+    pub agent_misses: Vec<u32>,
     /// Whether every agent has at least one valid step, per horizon.
     pub has_path: Vec<bool>,
     /// Whether every agent has a final step, per horizon.
@@ -63,6 +65,7 @@ impl UnitErrors {
             ade: vec![0.0; horizons * modes],
             fde: vec![0.0; horizons * modes],
             miss: vec![false; horizons * modes],
+            agent_misses: vec![0; horizons * modes],
             has_path: vec![true; horizons],
             has_final: vec![true; horizons],
             distances: vec![0.0; steps],
@@ -76,6 +79,7 @@ impl UnitErrors {
         self.ade.fill(0.0);
         self.fde.fill(0.0);
         self.miss.fill(false);
+        self.agent_misses.fill(0);
         self.has_path.fill(true);
         self.has_final.fill(true);
     }
@@ -122,13 +126,13 @@ impl UnitErrors {
                 }
                 let Some(last) = self.finals[h] else {
                     if let MissRule::MaxDistance { .. } = config.miss {
-                        self.miss[slot] |= count > 0 && misses_max(config.miss, max);
+                        self.record_miss(slot, count > 0 && misses_max(config.miss, max));
                     }
                     continue;
                 };
                 let fde = self.distances[last];
                 self.fde[slot] += weight * f64::from(fde);
-                self.miss[slot] |= match config.miss {
+                let missed = match config.miss {
                     MissRule::FinalDistance { threshold_m } => f64::from(fde) > threshold_m,
                     MissRule::MaxDistance { .. } => misses_max(config.miss, max),
                     MissRule::LateralLongitudinal { speed_scaling } => {
@@ -147,8 +151,16 @@ impl UnitErrors {
                         misses_box(dx, dy, sin, cos, scale, miss_box)
                     }
                 };
+                self.record_miss(slot, missed);
             }
         }
+    }
+
+    /// One agent's miss flag for one hypothesis: the prediction misses when any agent does.
+    #[inline]
+    fn record_miss(&mut self, slot: usize, missed: bool) {
+        self.miss[slot] |= missed;
+        self.agent_misses[slot] += u32::from(missed);
     }
 
     /// Valid-step counts and final steps per horizon for one agent.

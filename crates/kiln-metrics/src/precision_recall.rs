@@ -1,9 +1,9 @@
 //! Waymo's precision/recall curve and average precision (`ComputePrCurve`,
 //! `ComputeMeanAveragePrecision` in `motion_metrics.cc`), the building blocks of its mAP.
 //!
-//! kiln does not assign true positives itself (Waymo buckets objects by trajectory shape, which
-//! needs the full track history); given the (confidence, true positive) samples of one bucket,
-//! these functions give Waymo's numbers.
+//! [`TrajectoryMetrics`](crate::TrajectoryMetrics) assigns the true positives and reports mAP
+//! itself when a batch carries trajectory types; these functions give Waymo's numbers for any
+//! (confidence, true positive) samples of one bucket.
 
 /// One scored hypothesis: its confidence and whether it was a true positive.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -14,7 +14,7 @@ pub struct PredictionSample {
     pub true_positive: bool,
 }
 
-/// One point of a precision/recall curve.
+/// One point of a precision/recall curve (computed in `f32`, as Waymo's `PrSample`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PrPoint {
     /// True positives so far over the number of ground-truth objects.
@@ -33,7 +33,8 @@ pub struct PrPoint {
 ///     .map(|(confidence, true_positive)| PredictionSample { confidence, true_positive });
 /// let curve = precision_recall_curve(&mut samples, 4);
 /// assert_eq!((curve[0].recall, curve[0].precision), (0.25, 1.0));
-/// assert_eq!((curve[2].recall, curve[2].precision), (0.5, 2.0 / 3.0));
+/// // In `float`, as Waymo computes it.
+/// assert_eq!((curve[2].recall, curve[2].precision), (0.5, f64::from(2.0f32 / 3.0)));
 /// ```
 pub fn precision_recall_curve(
     samples: &mut [PredictionSample],
@@ -50,9 +51,11 @@ pub fn precision_recall_curve(
         .enumerate()
         .map(|(index, sample)| {
             true_positives += usize::from(sample.true_positive);
+            // In `float`, as Waymo's `PrSample`.
+            let positives = true_positives as f32;
             PrPoint {
-                recall: true_positives as f64 / ground_truth_count as f64,
-                precision: true_positives as f64 / (index + 1) as f64,
+                recall: f64::from(positives / ground_truth_count as f32),
+                precision: f64::from(positives / (index + 1) as f32),
             }
         })
         .collect()
@@ -65,15 +68,20 @@ pub fn average_precision(samples: &mut [PredictionSample], ground_truth_count: u
     let Some(&last) = curve.last() else {
         return 0.0;
     };
+    // Waymo multiplies its `float` points in `float` and adds the areas in `double`.
+    let product = |a: f64, b: f64| f64::from(a as f32 * b as f32);
     let mut highest = last;
     let mut area = 0.0;
     for point in curve.iter().rev() {
         if point.precision > highest.precision {
-            area += highest.precision * (highest.recall - point.recall);
+            area += product(
+                highest.precision,
+                f64::from(highest.recall as f32 - point.recall as f32),
+            );
             highest = *point;
         }
     }
-    area + highest.recall * highest.precision
+    area + product(highest.recall, highest.precision)
 }
 
 #[cfg(test)]

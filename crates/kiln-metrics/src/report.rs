@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::MetricsConfig;
+use crate::precision_sums::PrecisionSums;
 use crate::sums::{HorizonSums, MetricSums, TopKSums};
 
 /// Every metric at every configured horizon and K.
@@ -57,6 +58,20 @@ pub struct TopKReport {
     pub p_min_fde: Option<f64>,
     /// p-MR@K: 1 for a miss, 1 - p otherwise.
     pub p_miss_rate: Option<f64>,
+    /// Actor miss rate@K, for joint predictions (`agents_per_prediction > 1`): the share of
+    /// agents that miss in the selected joint hypothesis (the one with the lowest mean FDE), as
+    /// av2's `compute_world_misses` read at the best world. `miss_rate` counts a joint
+    /// prediction once, as a miss when any of its agents misses. `None` for single agents.
+    pub actor_miss_rate: Option<f64>,
+    /// Waymo's mAP@K: average precision per trajectory-type bucket, averaged over the buckets
+    /// with samples. Host batches with trajectory types and probabilities only.
+    pub mean_average_precision: Option<f64>,
+    /// Waymo's soft mAP@K: mAP with the matches after a prediction's first left out instead of
+    /// counted as false positives.
+    pub soft_mean_average_precision: Option<f64>,
+    /// Waymo's overlap rate@K: the share of predictions whose most confident hypothesis overlaps
+    /// another object's box at a step up to the horizon. Host batches with scene boxes only.
+    pub overlap_rate: Option<f64>,
 }
 
 impl MetricReport {
@@ -91,8 +106,8 @@ impl HorizonReport {
             fde: sums.fde.value(),
             top_k: top_k
                 .iter()
-                .zip(&sums.top_k)
-                .map(|(&k, sums)| TopKReport::new(k, sums))
+                .zip(sums.top_k.iter().zip(&sums.precision))
+                .map(|(&k, (sums, precision))| TopKReport::new(k, sums, precision))
                 .collect(),
         }
     }
@@ -104,7 +119,7 @@ impl HorizonReport {
 }
 
 impl TopKReport {
-    fn new(k: usize, sums: &TopKSums) -> Self {
+    fn new(k: usize, sums: &TopKSums, precision: &PrecisionSums) -> Self {
         Self {
             k,
             min_ade: sums.min_ade.value(),
@@ -115,6 +130,10 @@ impl TopKReport {
             p_min_ade: sums.p_min_ade.value(),
             p_min_fde: sums.p_min_fde.value(),
             p_miss_rate: sums.p_miss.value(),
+            actor_miss_rate: sums.actor_miss.value(),
+            mean_average_precision: precision.mean_average_precision(false),
+            soft_mean_average_precision: precision.mean_average_precision(true),
+            overlap_rate: sums.overlap.value(),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::config::MetricsConfig;
 use crate::mode_errors::{BatchPlan, UnitErrors};
-use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
+use crate::policy::{ModeSelection, Pruning, TieOrder};
 use crate::sums::{MetricSums, TopKSums};
 
 /// Fills `order` with the mode indices from highest to lowest rank.
@@ -41,8 +41,7 @@ pub(crate) fn accumulate_unit(
     let modes = errors.modes;
     let top = order[0];
     // Under max distance an agent's miss needs only a valid step; otherwise a final step.
-    let miss_needs_final = !matches!(config.miss, MissRule::MaxDistance { .. })
-        || config.selection == ModeSelection::MinFde;
+    let miss_needs_final = config.miss_needs_final();
     for (h, horizon) in sums.horizons.iter_mut().enumerate() {
         horizon.units += 1;
         let (has_path, has_final) = (errors.has_path[h], errors.has_final[h]);
@@ -117,6 +116,15 @@ pub(crate) fn accumulate_unit(
                 &mut horizon.top_k[index],
                 config.probabilities.low_probability_floor,
             );
+            // av2's actor miss rate: every agent of the min-FDE joint hypothesis, whatever the
+            // selection rule for minADE.
+            let agents = config.agents_per_prediction;
+            if agents > 1 && has_final {
+                let misses = errors.agent_misses[h * modes + best_fde];
+                horizon.top_k[index]
+                    .actor_miss
+                    .add_many(f64::from(misses), agents as u64);
+            }
         }
     }
 }

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::precision_sums::PrecisionSums;
+
 /// A running mean kept as (sum, count), so two means merge into the mean of everything.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Mean {
@@ -17,6 +19,13 @@ impl Mean {
     pub fn add(&mut self, value: f64) {
         self.sum += value;
         self.count += 1;
+    }
+
+    /// Adds `count` measurements whose values sum to `sum`.
+    #[inline]
+    pub fn add_many(&mut self, sum: f64, count: u64) {
+        self.sum += sum;
+        self.count += count;
     }
 
     /// Adds another mean's state.
@@ -50,14 +59,18 @@ pub struct TopKSums {
     pub p_min_fde: Mean,
     /// p-MR@K.
     pub p_miss: Mean,
+    /// Actor miss rate@K: misses counted per agent of the selected joint hypothesis.
+    #[serde(default)]
+    pub actor_miss: Mean,
+    /// Overlap rate@K (host batches with [`SceneBoxes`](crate::SceneBoxes) only).
+    #[serde(default)]
+    pub overlap: Mean,
 }
 
-/// Number of [`Mean`]s in a [`TopKSums`].
-pub(crate) const TOP_K_MEANS: usize = 8;
-
 impl TopKSums {
-    /// The means in a fixed order (the order of the fields), which the tensor path follows.
-    pub(crate) fn means_mut(&mut self) -> [&mut Mean; TOP_K_MEANS] {
+    /// The means both paths measure, in a fixed order (the order of the fields), which the
+    /// tensor path follows; the overlap rate is measured on the host only.
+    pub(crate) fn means_mut(&mut self) -> [&mut Mean; 9] {
         [
             &mut self.min_ade,
             &mut self.min_fde,
@@ -67,6 +80,7 @@ impl TopKSums {
             &mut self.p_min_ade,
             &mut self.p_min_fde,
             &mut self.p_miss,
+            &mut self.actor_miss,
         ]
     }
 
@@ -75,6 +89,7 @@ impl TopKSums {
         for (mine, theirs) in self.means_mut().into_iter().zip(other.means_mut()) {
             mine.merge(theirs);
         }
+        self.overlap.merge(&other.overlap);
     }
 }
 
@@ -89,6 +104,10 @@ pub struct HorizonSums {
     pub fde: Mean,
     /// One entry per configured K, in configuration order.
     pub top_k: Vec<TopKSums>,
+    /// mAP samples per configured K, in configuration order (host batches with trajectory
+    /// types only). States saved before mAP existed load with none.
+    #[serde(default)]
+    pub precision: Vec<PrecisionSums>,
 }
 
 /// The whole state: one [`HorizonSums`] per configured horizon, in configuration order.
@@ -105,6 +124,7 @@ impl MetricSums {
             horizons: vec![
                 HorizonSums {
                     top_k: vec![TopKSums::default(); top_k],
+                    precision: vec![PrecisionSums::default(); top_k],
                     ..HorizonSums::default()
                 };
                 horizons
@@ -120,11 +140,13 @@ impl MetricSums {
     /// Whether `other` has the same horizons and K values, so the two can merge.
     pub fn same_layout(&self, other: &MetricSums) -> bool {
         self.horizons.len() == other.horizons.len()
-            && self
-                .horizons
-                .iter()
-                .zip(&other.horizons)
-                .all(|(a, b)| a.top_k.len() == b.top_k.len())
+            && self.horizons.iter().zip(&other.horizons).all(|(a, b)| {
+                // A state saved before mAP existed has no precision sums: it merges.
+                let precision = a.precision.is_empty()
+                    || b.precision.is_empty()
+                    || a.precision.len() == b.precision.len();
+                a.top_k.len() == b.top_k.len() && precision
+            })
     }
 
     /// Adds another state of the same layout (see [`same_layout`](Self::same_layout)); extra
@@ -135,6 +157,13 @@ impl MetricSums {
             mine.ade.merge(&theirs.ade);
             mine.fde.merge(&theirs.fde);
             for (a, b) in mine.top_k.iter_mut().zip(&theirs.top_k) {
+                a.merge(b);
+            }
+            if mine.precision.len() < theirs.precision.len() {
+                mine.precision
+                    .resize(theirs.precision.len(), PrecisionSums::default());
+            }
+            for (a, b) in mine.precision.iter_mut().zip(&theirs.precision) {
                 a.merge(b);
             }
         }
@@ -158,5 +187,18 @@ mod tests {
         assert_eq!(left.horizons[0].ade.value(), None);
         assert!(left.same_layout(&right));
         assert!(!left.same_layout(&MetricSums::zeros(2, 2)));
+        // A state serialized before the actor miss rate, overlap and mAP existed still loads
+        // and merges.
+        let old = r#"{"horizons":[{"units":3,"ade":{"sum":1.0,"count":1},"fde":{"sum":0.0,"count":0},
+            "top_k":[{"min_ade":{"sum":0.0,"count":0},"min_fde":{"sum":2.0,"count":1},
+            "miss":{"sum":0.0,"count":0},"brier_min_ade":{"sum":0.0,"count":0},
+            "brier_min_fde":{"sum":0.0,"count":0},"p_min_ade":{"sum":0.0,"count":0},
+            "p_min_fde":{"sum":0.0,"count":0},"p_miss":{"sum":0.0,"count":0}}]}]}"#;
+        let mut old: MetricSums = serde_json::from_str(old).unwrap();
+        let current = MetricSums::zeros(1, 1);
+        assert!(old.same_layout(&current));
+        old.merge(&current);
+        assert_eq!(old.horizons[0].precision.len(), 1);
+        assert_eq!(old.horizons[0].top_k[0].min_fde.value(), Some(2.0));
     }
 }

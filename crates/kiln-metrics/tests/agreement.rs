@@ -203,6 +203,30 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn actor_misses_lie_between_one_and_all_agents_of_each_missed_prediction(
+        (config, case) in config_and_case()
+    ) {
+        // Under min-FDE selection a joint prediction misses when at least one agent of the
+        // selected hypothesis does: miss_rate / agents <= actor_miss_rate <= miss_rate.
+        let mut config = config;
+        config.selection = ModeSelection::MinFde;
+        let agents = config.agents_per_prediction as f64;
+        let report = case.host(&config).unwrap();
+        for horizon in &report.horizons {
+            for entry in &horizon.top_k {
+                match (entry.miss_rate, entry.actor_miss_rate) {
+                    (Some(scene), Some(actor)) => {
+                        prop_assert!(agents > 1.0);
+                        prop_assert!(actor <= scene + 1e-12, "{actor} > {scene}");
+                        prop_assert!(actor + 1e-12 >= scene / agents, "{actor} < {scene} / {agents}");
+                    }
+                    (_, actor) => prop_assert!(actor.is_none() || agents > 1.0),
+                }
+            }
+        }
+    }
 }
 
 /// The GPU-style tier: the tensor path on Burn's wgpu backend (a Vulkan adapter, lavapipe in

@@ -4,12 +4,16 @@
 //!
 //! The tests' configuration: 4 predicted steps at 10 Hz, one measurement step (3) with lateral
 //! 1.0 m / longitudinal 2.0 m, 6 predictions, speed scale 1.0 at both bounds. Two vehicles form
-//! one joint prediction. Results are read for (VEHICLE, step 3); mAP is not part of kiln.
+//! one joint prediction. Results are read for (VEHICLE, step 3). Every case with an mAP
+//! expectation checks it too, with trajectory types classified from the test's own tracks.
 
 mod common;
 
 use common::{Case, assert_close};
-use kiln_metrics::{BatchShape, Error, Horizon, MetricsConfig, MissRule, SpeedScaling};
+use kiln_metrics::{
+    BatchShape, Error, Horizon, MetricsConfig, MissRule, SpeedScaling, TopKReport, TrackState,
+    TrajectoryType,
+};
 
 type Track = [[f32; 2]; 4];
 
@@ -143,20 +147,6 @@ fn waymo_two_joint_predictions_miss() {
         unscaled(&standard(&[(0.8, OBJECT_1, far_2), (0.5, far_1, OBJECT_2)])),
         1.0
     );
-}
-
-#[test]
-fn waymo_two_joint_predictions_object_and_trajectory_types() {
-    // Object 1 parked at the origin, object 2 (a pedestrian) as in the no-miss pair. kiln has no
-    // object types: this is the PEDESTRIAN breakdown, fed as its own metric. MR 0.
-    let parked: Track = [[0.0, 0.0]; 4];
-    let far = with_last(OBJECT_2, [-7.01, 0.0]);
-    let case = joint(
-        &[(0.8, parked, far), (0.5, parked, OBJECT_2)],
-        [parked, OBJECT_2],
-        [[0.0, 0.0], [-10.0, 0.0]],
-    );
-    assert_eq!(unscaled(&case), 0.0);
 }
 
 #[test]
@@ -305,4 +295,261 @@ fn waymo_invalid_ground_truth_at_the_step_is_not_measured() {
     assert_eq!(horizon.top_k[0].min_fde, None);
     // Object 1 (3 valid steps) is exact; object 2 is off by 4 m only at step 3: (0 + 1) / 2.
     assert_close(horizon.top_k[0].min_ade, 0.5, 1e-6);
+}
+
+/// The test scenario's full tracks (current state first), classified as Waymo's
+/// `ClassifyTrack(track_history_samples = 0, track)` sees them: both are STRAIGHT.
+fn scenario_types(parked_first: bool) -> Vec<Option<TrajectoryType>> {
+    let state = |x: f32, y: f32, heading: f32, velocity: [f32; 2]| TrackState {
+        x,
+        y,
+        heading,
+        velocity_x: velocity[0],
+        velocity_y: velocity[1],
+    };
+    // Velocities are set on the current state only, as in the C++ test.
+    let first: Vec<TrackState> = (0..5)
+        .map(|i| {
+            let velocity = if i == 0 && !parked_first {
+                [20.0, 20.0]
+            } else {
+                [0.0, 0.0]
+            };
+            let at = if parked_first {
+                0.0
+            } else {
+                2.0 + 2.0 * i as f32
+            };
+            state(at, at, HEADING_1, velocity)
+        })
+        .collect();
+    let second: Vec<TrackState> = (0..5)
+        .map(|i| {
+            let velocity = if i == 0 { [-10.0, 0.0] } else { [0.0, 0.0] };
+            state(-1.0 - i as f32, 0.0, HEADING_2, velocity)
+        })
+        .collect();
+    [first, second]
+        .iter()
+        .map(|track| TrajectoryType::of_track(track, &[true; 5], 0))
+        .collect()
+}
+
+fn scored(
+    case: &Case,
+    types: &[Option<TrajectoryType>],
+    speed_scaling: SpeedScaling,
+) -> TopKReport {
+    let report = case
+        .host_with(&config(speed_scaling), |batch| {
+            batch.with_trajectory_types(types)
+        })
+        .expect("host path");
+    *report.at(6).unwrap()
+}
+
+/// (miss rate, mAP) as the C++ and TF-op tests read them.
+fn miss_and_map(case: &Case) -> (f64, f64) {
+    let report = scored(case, &scenario_types(false), SpeedScaling::none());
+    (
+        report.miss_rate.unwrap(),
+        report.mean_average_precision.unwrap(),
+    )
+}
+
+#[test]
+fn waymo_scenario_tracks_are_straight() {
+    assert_eq!(
+        scenario_types(false),
+        [
+            Some(TrajectoryType::Straight),
+            Some(TrajectoryType::Straight)
+        ]
+    );
+    assert_eq!(
+        scenario_types(true),
+        [
+            Some(TrajectoryType::Stationary),
+            Some(TrajectoryType::Straight)
+        ]
+    );
+}
+
+#[test]
+fn waymo_map_single_hypothesis_cases() {
+    let far_1 = |last| with_last(OBJECT_1, last);
+    let far_2 = |last| with_last(OBJECT_2, last);
+    let cases: [(&str, Track, Track, (f64, f64)); 7] = [
+        ("ComputeMissRateNoMisses", OBJECT_1, OBJECT_2, (0.0, 1.0)),
+        (
+            "ComputeMissRateLateral_2",
+            OBJECT_1,
+            OBJECT_2.map(|[x, _]| [x, 1.01]),
+            (1.0, 0.0),
+        ),
+        (
+            "ComputeMissRateLateral_1",
+            far_1([9.292, 10.708]),
+            OBJECT_2,
+            (1.0, 0.0),
+        ),
+        (
+            "ComputeNoMissLateral_2",
+            far_1([9.294, 10.706]),
+            OBJECT_2,
+            (0.0, 1.0),
+        ),
+        (
+            "ComputeMissRateLongitudinal_2",
+            OBJECT_1,
+            far_2([-7.01, 0.0]),
+            (1.0, 0.0),
+        ),
+        (
+            "ComputeMissRateLongitudinal_1",
+            far_1([11.415, 11.415]),
+            OBJECT_2,
+            (1.0, 0.0),
+        ),
+        (
+            "ComputeNoMissLongitudinal_1",
+            far_1([11.414, 11.414]),
+            OBJECT_2,
+            (0.0, 1.0),
+        ),
+    ];
+    for (name, first, second, expected) in cases {
+        assert_eq!(
+            miss_and_map(&standard(&[(0.5, first, second)])),
+            expected,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn waymo_map_two_joint_predictions() {
+    let far_2 = with_last(OBJECT_2, [-7.01, 0.0]);
+    let far_1 = with_last(OBJECT_1, [14.0, 14.0]);
+    // TwoJointPredictionsNoMiss: the confident hypothesis misses, the other matches.
+    let no_miss = standard(&[(0.8, OBJECT_1, far_2), (0.5, OBJECT_1, OBJECT_2)]);
+    assert_eq!(miss_and_map(&no_miss), (0.0, 0.5));
+    // TwoJointPredictionsMiss.
+    let miss = standard(&[(0.8, OBJECT_1, far_2), (0.5, far_1, OBJECT_2)]);
+    assert_eq!(miss_and_map(&miss), (1.0, 0.0));
+    // TF-op testComputeNoMissLateral_2: both hypotheses match; the second is a false positive
+    // for mAP (one true positive per object) and left out of soft mAP.
+    let near = with_last(OBJECT_1, [9.294, 10.706]);
+    let both = standard(&[(0.8, near, OBJECT_2), (0.5, OBJECT_1, OBJECT_2)]);
+    assert_eq!(miss_and_map(&both), (0.0, 1.0));
+    let soft = scored(&both, &scenario_types(false), SpeedScaling::none());
+    assert_eq!(soft.soft_mean_average_precision, Some(1.0));
+    assert_eq!(
+        scored(&no_miss, &scenario_types(false), SpeedScaling::none()).soft_mean_average_precision,
+        Some(0.5)
+    );
+}
+
+#[test]
+fn waymo_two_joint_predictions_object_and_trajectory_types() {
+    // TwoJointPredictionsObjectAndTrajectoryTypes: object 1 parked, so the joint prediction is
+    // bucketed by object 2 (STRAIGHT); the STATIONARY bucket stays empty. MR 0, mAP 0.5. kiln
+    // has no object types: this is the PEDESTRIAN breakdown, fed as its own metric.
+    let parked: Track = [[0.0, 0.0]; 4];
+    let far = with_last(OBJECT_2, [-7.01, 0.0]);
+    let case = joint(
+        &[(0.8, parked, far), (0.5, parked, OBJECT_2)],
+        [parked, OBJECT_2],
+        [[0.0, 0.0], [-10.0, 0.0]],
+    );
+    let mut metrics = config(SpeedScaling::none()).init().unwrap();
+    let types = scenario_types(true);
+    kiln_core::Metric::update(
+        &mut metrics,
+        &case
+            .host_batch()
+            .unwrap()
+            .with_trajectory_types(&types)
+            .unwrap(),
+    )
+    .unwrap();
+    let precision = &metrics.sums().horizons[0].precision[0];
+    assert_eq!(
+        precision.buckets[TrajectoryType::Stationary as usize].predictions,
+        0
+    );
+    assert_eq!(
+        precision.buckets[TrajectoryType::Straight as usize].predictions,
+        1
+    );
+    let report = metrics.compute();
+    assert_eq!(report.at(6).unwrap().miss_rate, Some(0.0));
+    assert_eq!(report.at(6).unwrap().mean_average_precision, Some(0.5));
+}
+
+#[test]
+fn waymo_map_velocity_scaling() {
+    // testComputeVelocityScalingLatitudinal / Longitudinal at the original speed: mAP 1.
+    for last in [[-5.0, 0.75], [-6.5, 0.0]] {
+        let case = scaled_case(with_last(OBJECT_2, last), 10.0);
+        let report = scored(&case, &scenario_types(false), velocity_scaling());
+        assert_eq!(report.mean_average_precision, Some(1.0), "{last:?}");
+        let slow = scaled_case(with_last(OBJECT_2, last), 0.0);
+        let report = scored(&slow, &scenario_types(false), velocity_scaling());
+        assert_eq!(report.mean_average_precision, Some(0.0), "{last:?}");
+    }
+}
+
+#[test]
+fn waymo_map_needs_probabilities_and_skips_unjudgeable_predictions() {
+    let mut case = standard(&[(0.5, OBJECT_1, OBJECT_2)]);
+    case.probabilities = None;
+    let types = scenario_types(false);
+    assert!(matches!(
+        case.host_with(&config(SpeedScaling::none()), |b| b
+            .with_trajectory_types(&types)),
+        Err(Error::MissingInput {
+            field: "probabilities",
+            ..
+        })
+    ));
+    // Ground truth invalid at the measurement step: IsMatch has no answer, no samples.
+    let mut invalid = standard(&[(0.5, OBJECT_1, OBJECT_2)]);
+    invalid.valid = Some(vec![true, true, true, false, true, true, true, true]);
+    let report = scored(&invalid, &types, SpeedScaling::none());
+    assert_eq!(report.mean_average_precision, None);
+    // No classifiable agent: left out too.
+    let report = scored(
+        &standard(&[(0.5, OBJECT_1, OBJECT_2)]),
+        &[None, None],
+        SpeedScaling::none(),
+    );
+    assert_eq!(report.mean_average_precision, None);
+}
+
+#[test]
+fn waymo_map_no_misses_2_with_the_agents_swapped() {
+    // TF-op testComputeMissRateNoMisses2: the two trajectories swapped together with
+    // `prediction_ground_truth_indices` = [1, 0]. kiln has no indices: the analog is object 2
+    // as the first agent of the joint prediction, with its ground truth, motion and type.
+    let case = joint(
+        &[(0.5, OBJECT_2, OBJECT_1)],
+        [OBJECT_2, OBJECT_1],
+        [[-10.0, 0.0], [20.0, 20.0]],
+    );
+    let mut case = case;
+    case.heading = Some(
+        [[HEADING_2; 4], [HEADING_1; 4]]
+            .iter()
+            .flatten()
+            .copied()
+            .collect(),
+    );
+    let mut types = scenario_types(false);
+    types.reverse();
+    let report = scored(&case, &types, SpeedScaling::none());
+    assert_eq!(
+        (report.miss_rate, report.mean_average_precision),
+        (Some(0.0), Some(1.0))
+    );
 }

@@ -4,7 +4,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::MetricsConfig;
-use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
+use crate::policy::{ModeSelection, Pruning, TieOrder};
 use crate::sums::{Mean, MetricSums};
 use crate::tensor::TensorTrajectoryBatch;
 use crate::tensor::locate::{checks, locate_error};
@@ -104,7 +104,12 @@ pub(crate) fn measure_tensors<B: Backend>(
         for (index, &kept) in kept_counts.iter().enumerate() {
             let values = select(config, &errors, &rank, kept, batch.probabilities.as_ref());
             for (metric, (value, ok)) in values.into_iter().enumerate() {
-                push(value, &ok, Slot::TopK(h, index, metric));
+                let slot = if metric == ACTOR_MISS {
+                    Slot::ActorMiss(h, index)
+                } else {
+                    Slot::TopK(h, index, metric)
+                };
+                push(value, &ok, slot);
             }
         }
     }
@@ -121,10 +126,15 @@ pub(crate) fn measure_tensors<B: Backend>(
         horizon.units = units as u64;
     }
     for (&slot, pair) in slots.iter().zip(totals[checks.len()..].chunks_exact(2)) {
+        let units = pair[1].round() as u64;
+        let count = match slot {
+            Slot::ActorMiss(..) => units * per_prediction as u64,
+            _ => units,
+        };
         if let Some(mean) = mean_at(&mut sums, slot) {
             *mean = Mean {
                 sum: pair[0],
-                count: pair[1].round() as u64,
+                count,
             };
         }
     }
@@ -138,7 +148,12 @@ enum Slot {
     Fde(usize),
     /// Horizon, K index, position in `TopKSums::means_mut`.
     TopK(usize, usize, usize),
+    /// Horizon, K index: the actor miss rate, whose count is per agent.
+    ActorMiss(usize, usize),
 }
+
+/// Position of the actor miss rate in `TopKSums::means_mut` (and in `select`'s values).
+const ACTOR_MISS: usize = 8;
 
 fn mean_at(sums: &mut MetricSums, slot: Slot) -> Option<&mut Mean> {
     match slot {
@@ -148,6 +163,7 @@ fn mean_at(sums: &mut MetricSums, slot: Slot) -> Option<&mut Mean> {
             .means_mut()
             .into_iter()
             .nth(metric),
+        Slot::ActorMiss(h, index) => Some(&mut sums.horizons[h].top_k[index].actor_miss),
     }
 }
 
@@ -186,7 +202,7 @@ fn rank_modes<B: Backend>(
     (higher + tied_before).reshape([units, k])
 }
 
-/// The eight `TopKSums` values of one K as (value, ok) pairs, in `means_mut` order.
+/// The nine `TopKSums` values of one K as (value, ok) pairs, in `means_mut` order.
 fn select<B: Backend>(
     config: &MetricsConfig,
     errors: &DeviceErrors<B>,
@@ -231,8 +247,7 @@ fn select<B: Backend>(
         ModeSelection::Independent => errors.has_path.clone(),
     };
     let fde_ok = errors.has_final.clone();
-    let miss_needs_final = !matches!(config.miss, MissRule::MaxDistance { .. })
-        || config.selection == ModeSelection::MinFde;
+    let miss_needs_final = config.miss_needs_final();
     let miss_ok = if miss_needs_final {
         fde_ok.clone()
     } else {
@@ -270,10 +285,18 @@ fn select<B: Backend>(
                 (min_fde.clone() + brier(p_fde.clone()), fde_ok.clone()),
                 (min_ade + penalty(p_ade), ade_ok),
                 (min_fde + penalty(p_fde), fde_ok.clone()),
-                (p_miss, miss_ok * fde_ok),
+                (p_miss, miss_ok * fde_ok.clone()),
             ]);
         }
         None => values.extend((0..5).map(|_| (zero(), zero()))),
+    }
+    // The actor miss rate: missing agents of the min-FDE hypothesis, counted per prediction
+    // here and per agent when read back (`Slot::ActorMiss`).
+    if config.agents_per_prediction > 1 {
+        let misses = (errors.agent_misses.clone() * fde_mode).sum_dim(1);
+        values.push((misses, fde_ok));
+    } else {
+        values.push((zero(), zero()));
     }
     values
 }

@@ -12,6 +12,8 @@ pub(crate) struct DeviceErrors<B: Backend> {
     pub ade: Tensor<B, 2>,
     pub fde: Tensor<B, 2>,
     pub miss: Tensor<B, 2>,
+    /// Agents that miss per hypothesis (the actor miss rate).
+    pub agent_misses: Tensor<B, 2>,
     pub has_path: Tensor<B, 2>,
     pub has_final: Tensor<B, 2>,
 }
@@ -170,6 +172,7 @@ pub(crate) fn horizon_errors<B: Backend>(
         DeviceErrors {
             ade,
             fde,
+            agent_misses: miss.clone(),
             miss,
             has_path,
             has_final,
@@ -177,8 +180,8 @@ pub(crate) fn horizon_errors<B: Backend>(
     )
 }
 
-/// Joint predictions: mean errors over each group's agents, a miss when any agent misses, a
-/// value only when every agent has one.
+/// Joint predictions: mean errors over each group's agents, a miss when any agent misses (and
+/// the number that miss), a value only when every agent has one.
 fn group<B: Backend>(agents_per_prediction: usize, errors: DeviceErrors<B>) -> DeviceErrors<B> {
     if agents_per_prediction == 1 {
         return errors;
@@ -194,6 +197,11 @@ fn group<B: Backend>(agents_per_prediction: usize, errors: DeviceErrors<B>) -> D
             .miss
             .reshape([units, a, k])
             .max_dim(1)
+            .reshape([units, k]),
+        agent_misses: errors
+            .agent_misses
+            .reshape([units, a, k])
+            .sum_dim(1)
             .reshape([units, k]),
         has_path: flags(errors.has_path),
         has_final: flags(errors.has_final),

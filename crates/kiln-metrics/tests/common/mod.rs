@@ -127,6 +127,19 @@ impl Case {
         Ok(metrics.compute())
     }
 
+    /// The report of the host path for the batch as `extend` completes it (trajectory types,
+    /// boxes: the inputs only host batches take).
+    pub fn host_with<'a>(
+        &'a self,
+        config: &MetricsConfig,
+        extend: impl FnOnce(TrajectoryBatch<'a>) -> Result<TrajectoryBatch<'a>>,
+    ) -> Result<MetricReport> {
+        let mut metrics =
+            TrajectoryMetrics::new(config.clone())?.with_parallelism(Parallelism::Sequential);
+        metrics.update(&extend(self.host_batch()?)?)?;
+        Ok(metrics.compute())
+    }
+
     /// The report of the tensor path on flex.
     pub fn tensor(&self, config: &MetricsConfig) -> Result<MetricReport> {
         self.tensor_on::<Flex>(config, &Default::default())
@@ -176,6 +189,7 @@ pub fn assert_reports_close(left: &MetricReport, right: &MetricReport, tolerance
                 (x.p_min_ade, y.p_min_ade, "p_min_ade"),
                 (x.p_min_fde, y.p_min_fde, "p_min_fde"),
                 (x.p_miss_rate, y.p_miss_rate, "p_miss_rate"),
+                (x.actor_miss_rate, y.actor_miss_rate, "actor_miss_rate"),
             ];
             for (x, y, name) in fields {
                 assert_option_close(x, y, tolerance, name);
