@@ -259,6 +259,12 @@ def main():
                 failures.append(f"{name}: av2 {value} vs numpy {subset_reference[name]} on {subset} actors")
         figures["av2_agents"] = subset
         figures["av2_agents_per_s"] = subset / av2_seconds
+        figures["kiln_vs_av2_one_thread"] = kiln["host_one_thread_agents_per_s"] / (subset / av2_seconds)
+        if subset == n:
+            # The same agents on both sides: kiln's values against av2's own, relative.
+            figures["kiln_vs_av2_max_relative_difference"] = max(
+                abs(kiln[name] - value) / max(abs(value), 1e-12) for name, value in av2_values.items()
+            )
         figures["av2"] = av2_values
         figures["numpy_on_av2_agents"] = subset_reference
         loop = "per-scene world loop" if joint > 1 else "per-actor loop"

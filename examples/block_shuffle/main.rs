@@ -31,6 +31,9 @@
 //!
 //! Run: `cargo run --release --example block_shuffle -- --files 660 --rows 900000 --json out.json`
 
+// The `--json` object has more keys than `serde_json::json!`'s default recursion allows.
+#![recursion_limit = "256"]
+
 mod caching;
 mod dataset;
 mod graph;
@@ -166,6 +169,7 @@ fn main() -> Result<()> {
         config,
         sharding,
         shuffle: &shuffle,
+        batch_size: args.batch_size as usize,
         rounds: args.repeats as u64,
         seed: args.seed,
         random_reads: args.random_reads,
@@ -265,6 +269,13 @@ fn print_report(args: &Args, workers: usize, reading: &Reading, caching: &Cachin
         reading.block_shuffle_peak_samples_held
     );
     println!(
+        "distinct files per batch of {}: block shuffle {:.1}, sequential {:.1}, uniform ideal {:.1}",
+        args.batch_size,
+        reading.block_shuffle_distinct_files_per_batch,
+        reading.sequential_distinct_files_per_batch,
+        reading.ideal_distinct_files_per_batch
+    );
+    println!(
         "cache: {:.1}x the cold epoch; {:.1} MB in {} segments; cold epoch {} misses, then {} disk \
          hits; cached samples byte-identical to fresh ones: {}",
         caching.cached_rows_per_s / caching.cold_preprocess_rows_per_s,
@@ -318,6 +329,9 @@ fn json_report(
         "random_timed_reads": reading.random_timed_reads,
         "random_rows_per_s_is_extrapolated": true,
         "block_shuffle_rows_per_s": reading.block_shuffle_rows_per_s,
+        "block_shuffle_distinct_files_per_batch": reading.block_shuffle_distinct_files_per_batch,
+        "sequential_distinct_files_per_batch": reading.sequential_distinct_files_per_batch,
+        "ideal_distinct_files_per_batch": reading.ideal_distinct_files_per_batch,
         "block_shuffle_vs_sequential": reading.block_shuffle_vs_sequential,
         "block_shuffle_vs_random": reading.block_shuffle_rows_per_s / reading.random_rows_per_s,
         "sequential_first_epoch_rows_per_s": reading.sequential_first_epoch_rows_per_s,

@@ -14,6 +14,7 @@ use kiln::data::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use kiln::data::{
     Collate, Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn, columnar_fn, float_matrix,
 };
+use kiln::sampler::quality::{self, QualityOptions};
 use kiln::sampler::{BlockShuffleSampler, RandomSampler, SequentialSampler, Sharding};
 use rayon::prelude::*;
 
@@ -70,6 +71,12 @@ pub struct Reading {
     pub sequential_vs_raw_decode: f64,
     /// The same for the block shuffle.
     pub block_shuffle_vs_raw_decode: f64,
+    /// Mean distinct files per batch of the first block-shuffle plan (`quality::measure`).
+    pub block_shuffle_distinct_files_per_batch: f64,
+    /// The same for the sequential plan.
+    pub sequential_distinct_files_per_batch: f64,
+    /// The same expected of a uniform permutation.
+    pub ideal_distinct_files_per_batch: f64,
 }
 
 /// What the reading measurement needs.
@@ -82,6 +89,8 @@ pub struct ReadingSetup<'a, D> {
     pub sharding: Sharding,
     /// The block shuffle under test.
     pub shuffle: &'a BlockShuffleSampler,
+    /// Samples per batch, for the distinct-files measure.
+    pub batch_size: usize,
     /// Rounds of chains.
     pub rounds: u64,
     /// Seed of the plans.
@@ -170,6 +179,13 @@ where
         round_ratios.push(median(sequential_seconds[1..].to_vec()) / median(seconds[1..].to_vec()));
         first_ratios.push(sequential_seconds[0] / seconds[0]);
     }
+    // How mixed the batches are, on the first epoch's plans (what the peers' readers report).
+    let first = PlanRequest::new(setup.seed, 0);
+    let options = QualityOptions::new(setup.batch_size.max(2));
+    let shuffled = setup.shuffle.plan(source.as_ref(), &first)?;
+    let shuffled = quality::measure(source.as_ref(), shuffled.order(), &options)?;
+    let in_order = sequential.plan(source.as_ref(), &first)?;
+    let in_order = quality::measure(source.as_ref(), in_order.order(), &options)?;
     let random = RandomSampler::new(setup.sharding)
         .plan(source.as_ref(), &PlanRequest::new(setup.seed, 0))?;
     let timed = &random.order()[..setup.random_reads.min(random.len()).max(1)];
@@ -188,6 +204,9 @@ where
         raw_decode_rows_per_s: rows / median(raw_seconds),
         sequential_vs_raw_decode: median(raw_ratios.0),
         block_shuffle_vs_raw_decode: median(raw_ratios.1),
+        block_shuffle_distinct_files_per_batch: shuffled.whole.measured.distinct_files_per_batch,
+        sequential_distinct_files_per_batch: in_order.whole.measured.distinct_files_per_batch,
+        ideal_distinct_files_per_batch: shuffled.whole.ideal.distinct_files_per_batch,
     })
 }
 

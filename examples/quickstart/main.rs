@@ -11,13 +11,15 @@
 //!    loss scaling, or bf16), global-norm clipping, a cosine schedule and, with
 //!    `--checkpoint-dir`, atomic checkpoints that resume mid-run.
 //! 5. **Metrics** (kiln-metrics): minADE@6, minFDE@6 and miss rate@6 exactly as Argoverse 2
-//!    defines them, computed on the device after every epoch.
+//!    defines them, computed on the device after every epoch, beside a constant-velocity
+//!    baseline on the same validation players (the number the model has to beat).
 //! 6. **Profile** (kiln-profile): where each step's time went (data wait, forward, backward,
 //!    optimizer), the device's memory and utilization, and the cached-batch test's verdict:
 //!    input-bound or compute-bound. With `--json`, an SVG timeline is written next to it.
 //!
 //! Run: `cargo run --release --example quickstart -- --help`
 
+mod baseline;
 #[path = "../common/cached_batch.rs"]
 mod cached_batch;
 mod dataset;
@@ -124,8 +126,15 @@ struct Quickstart {
     cache_dir: PathBuf,
 }
 
+/// What a run returns: the figures of every epoch, the profile and the baseline's metrics.
+type RunOutput = (
+    Vec<EpochFigures>,
+    profiling::Profile,
+    kiln::metrics::TopKReport,
+);
+
 impl BackendTask for Quickstart {
-    type Output = anyhow::Result<(Vec<EpochFigures>, profiling::Profile)>;
+    type Output = anyhow::Result<RunOutput>;
 
     fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
         let args = &self.args;
@@ -179,6 +188,14 @@ impl BackendTask for Quickstart {
                 &PlanRequest::new(args.seed, 0),
             )?
             .collect::<Result<Vec<_>, _>>()?;
+        let baseline = baseline::constant_velocity(&valid_batches)?;
+        println!(
+            "baseline  constant velocity on the {} validation players: minADE {:.3}  minFDE {:.3}  MR {:.1}%",
+            args.valid_players,
+            baseline.min_ade.unwrap_or(f64::NAN),
+            baseline.min_fde.unwrap_or(f64::NAN),
+            100.0 * baseline.miss_rate.unwrap_or(f64::NAN)
+        );
 
         // The plan knows how many whole batches an epoch has (the sampler drops the rest).
         let first_plan = sampler.plan(
@@ -306,7 +323,7 @@ impl BackendTask for Quickstart {
                     .unwrap_or_default()
             );
         }
-        Ok((figures, profile))
+        Ok((figures, profile, baseline))
     }
 }
 
@@ -373,7 +390,7 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     // Made on this thread, which trains: CubeCL keeps a memory pool per thread's stream.
     let probe = selection.memory_probe();
-    let (figures, profile) = selection.run(Quickstart {
+    let (figures, profile, baseline) = selection.run(Quickstart {
         args: args.clone(),
         probe,
         train_dir,
@@ -382,6 +399,29 @@ fn main() -> anyhow::Result<()> {
     })?;
     let seconds = started.elapsed().as_secs_f64();
     println!("done in {seconds:.1} s");
+    let last = figures.last();
+    // The share of training time spent waiting for the loader, over all epochs.
+    let trained: f64 = figures.iter().map(|f| f.train_seconds).sum();
+    let waited: f64 = figures
+        .iter()
+        .map(|f| f.train_seconds * f.data_wait_fraction)
+        .sum();
+    let data_wait_share = (trained > 0.0).then(|| waited / trained);
+    if let (Some(last), Some(baseline_ade)) = (last, baseline.min_ade) {
+        println!(
+            "result    minADE@6 {:.3} m against the constant-velocity baseline's {:.3} m ({:+.0}%; the \
+             model's most probable mode alone: {:.3} m); minFDE@6 {:.3} against {:.3}; MR@6 {:.1}% \
+             against {:.1}%",
+            last.min_ade,
+            baseline_ade,
+            100.0 * (last.min_ade / baseline_ade - 1.0),
+            last.ade_top1,
+            last.min_fde,
+            baseline.min_fde.unwrap_or(f64::NAN),
+            100.0 * last.miss_rate,
+            100.0 * baseline.miss_rate.unwrap_or(f64::NAN)
+        );
+    }
     if let Some(phases) = profile.phases() {
         print!("{}", phases.table());
     }
@@ -405,7 +445,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
     if let Some(path) = &args.json {
-        let last = figures.last();
         let json = serde_json::json!({
             "device": selection.name(),
             "precision": args.precision.name(),
@@ -416,6 +455,10 @@ fn main() -> anyhow::Result<()> {
             "min_ade": last.map(|f| f.min_ade),
             "min_fde": last.map(|f| f.min_fde),
             "miss_rate": last.map(|f| f.miss_rate),
+            "baseline_min_ade": baseline.min_ade,
+            "baseline_min_fde": baseline.min_fde,
+            "baseline_miss_rate": baseline.miss_rate,
+            "data_wait_share": data_wait_share,
             "seconds": seconds,
             "epochs_run": figures,
             "verdict": profile.report.diagnosis.as_ref().map(|d| d.verdict),

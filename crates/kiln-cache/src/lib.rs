@@ -111,3 +111,8 @@ pub use ram::RamCache;
 pub use segment::{FORMAT_VERSION, Segment, SegmentBuilder, SegmentKey};
 pub use stats::{CacheStats, CorruptSegment};
 pub use warm::WarmReport;
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -83,3 +83,8 @@ pub use sampler::Sampler;
 pub use shard::{PlanRequest, Shard};
 pub use source::BlockSource;
 pub use transform::{FnTransform, Transform, transform_fn};
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

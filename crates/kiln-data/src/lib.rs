@@ -95,3 +95,8 @@ pub use parquet_source::{
     ArrowRow, ArrowRows, DecodeError, FnDecoder, ParquetSource, ParquetSourceBuilder, RetryPolicy,
     RowDecoder, column, decoder_fn, primitive, reject_nulls, required_values,
 };
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

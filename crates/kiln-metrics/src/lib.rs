@@ -82,3 +82,8 @@ pub use scene_boxes::{BOX_VALUES, SceneBoxes};
 pub use sums::{HorizonSums, Mean, MetricSums, TopKSums};
 pub use tensor::TensorTrajectoryBatch;
 pub use trajectory_type::{TRAJECTORY_TYPES, TrackState, TrajectoryType};
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -79,3 +79,8 @@ pub use peak_flops::{PeakFlops, PeakSource, Precision};
 pub use phase::{Action, EpochBounds, PhaseReport, PhaseTimer, Span, TimingMode};
 pub use report::{ProfileReport, write_timeline_svg};
 pub use throughput::{Throughput, ThroughputMeter, ThroughputReport, ThroughputSample};
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

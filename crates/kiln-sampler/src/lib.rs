@@ -1,10 +1,9 @@
 //! Epoch plans over data that lives in many files: file-aware block shuffle, rank sharding,
 //! exact resume and shuffle-quality measures.
 //!
-//! Every sampler here implements kiln-core's [`Sampler`](kiln_core::Sampler): a pure function
-//! from a [`BlockLayout`](kiln_core::BlockLayout) and a [`PlanRequest`](kiln_core::PlanRequest)
-//! (seed, epoch, rank of world) to a [`Plan`](kiln_core::Plan) that `kiln-data`'s loader
-//! executes.
+//! Every sampler here implements kiln-core's [`Sampler`]: a pure function from a
+//! [`BlockLayout`] and a [`PlanRequest`] (seed, epoch, rank of world) to a [`Plan`] that
+//! `kiln-data`'s loader executes.
 //!
 //! | sampler | order | reads | use |
 //! |---|---|---|---|
@@ -30,8 +29,8 @@
 //! The global order of an epoch never depends on the world size. [`Sharded`] checks a request,
 //! builds the order, and its [`Sharding`] cuts the order into global batches of
 //! `batch_size × world` and gives rank `r` the `r`-th run of `batch_size` of each (kiln-core's
-//! rule, see [`Plan`](kiln_core::Plan)); a [`RemainderPolicy`] says what happens to the last,
-//! partial global batch. [`Sampler::resume`](kiln_core::Sampler::resume)
+//! rule, see [`Plan`]); a [`RemainderPolicy`] says what happens to the last,
+//! partial global batch. [`Sampler::resume`]
 //! regenerates the plan and skips the consumed prefix, so the rest is exactly what an
 //! uninterrupted run would emit; resuming on another world size is exact when the new global
 //! batch divides the consumed count (keep `batch_size × world` constant).
@@ -83,12 +82,23 @@ mod sharding;
 
 pub use block_shuffle::{BlockShuffleConfig, BlockShuffleOrder, BlockShuffleSampler};
 /// The crate's error: kiln-core's, since every sampler answers through the
-/// [`Sampler`](kiln_core::Sampler) seam.
+/// [`Sampler`] seam.
 pub use kiln_core::Error;
 /// A `Result` with the crate's [`Error`].
 pub use kiln_core::Result;
+/// kiln-core's vocabulary of layouts, requests and plans, so that this crate alone is enough
+/// to describe data and read a plan.
+pub use kiln_core::{
+    Block, BlockIndex, BlockLayout, FileId, Fingerprint, Layout, LayoutBuilder, Plan, PlanRequest,
+    Position, SampleId, Sampler, Shard,
+};
 pub use order::GlobalOrder;
 pub use random::{RandomOrder, RandomSampler};
 pub use sequential::{SequentialOrder, SequentialSampler};
 pub use sharded::Sharded;
 pub use sharding::{RemainderPolicy, Sharding};
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

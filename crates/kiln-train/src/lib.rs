@@ -140,3 +140,8 @@ pub use replica::Replica;
 pub use skip_monitor::SkipWarningConfig;
 pub use trainer::Trainer;
 pub use validation::{ValidInput, ValidOutput};
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,101 @@
+"""One table and one JSON from the peer runs of `benches/peers/run.sh`.
+
+Inputs: the `block_shuffle` example's JSON (kiln's loader on the same files), `readers.py`'s
+JSON (pyarrow and the torch readers) and `metrics_av2.py`'s JSON (kiln-metrics against av2).
+Prints the rates and ratios side by side and whether each target of the comparison is met.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kiln", type=Path, required=True, help="block_shuffle --json output")
+    parser.add_argument("--readers", type=Path, required=True, help="readers.py --json output")
+    parser.add_argument("--metrics", type=Path, required=True, help="metrics_av2.py --json output")
+    parser.add_argument("--json", type=Path, help="write the combined figures here")
+    args = parser.parse_args()
+    kiln = json.loads(args.kiln.read_text())
+    readers = json.loads(args.readers.read_text())
+    metrics = json.loads(args.metrics.read_text())
+
+    figures = {
+        "files": readers["files"],
+        "rows": readers["rows"],
+        "batch_size": readers["batch_size"],
+        "workers": readers["workers"],
+        "ideal_distinct": kiln["ideal_distinct_files_per_batch"],
+        "kiln_block_shuffle_rows_per_s": kiln["block_shuffle_rows_per_s"],
+        "kiln_block_shuffle_distinct": kiln["block_shuffle_distinct_files_per_batch"],
+        "kiln_sequential_rows_per_s": kiln["sequential_rows_per_s"],
+        "kiln_sequential_distinct": kiln["sequential_distinct_files_per_batch"],
+        "pyarrow_scan_rows_per_s": readers["pyarrow_scan"]["rows_per_s"],
+        "torch_random_rows_per_s": readers["torch_random"]["rows_per_s"],
+        "torch_random_distinct": readers["torch_random"]["distinct_files_per_batch"],
+        "torch_sequential_rows_per_s": readers["torch_sequential"]["rows_per_s"],
+        "torch_sequential_distinct": readers["torch_sequential"]["distinct_files_per_batch"],
+        "torch_shuffle_buffer_rows_per_s": readers["torch_shuffle_buffer"]["rows_per_s"],
+        "torch_shuffle_buffer_distinct": readers["torch_shuffle_buffer"]["distinct_files_per_batch"],
+        "kiln_metrics_agents_per_s": metrics["kiln_host_one_thread_agents_per_s"],
+        "av2_agents_per_s": metrics.get("av2_agents_per_s"),
+        "numpy_agents_per_s": metrics["numpy_agents_per_s"],
+        "kiln_vs_av2_max_relative_difference": metrics.get("kiln_vs_av2_max_relative_difference"),
+    }
+    f = figures
+    ratios = {
+        "block_shuffle_vs_torch_random": f["kiln_block_shuffle_rows_per_s"] / f["torch_random_rows_per_s"],
+        "block_shuffle_vs_torch_shuffle_buffer": f["kiln_block_shuffle_rows_per_s"] / f["torch_shuffle_buffer_rows_per_s"],
+        "block_shuffle_distinct_vs_shuffle_buffer": f["kiln_block_shuffle_distinct"] / f["torch_shuffle_buffer_distinct"],
+        "sequential_vs_pyarrow_scan": f["kiln_sequential_rows_per_s"] / f["pyarrow_scan_rows_per_s"],
+        "sequential_vs_torch_sequential": f["kiln_sequential_rows_per_s"] / f["torch_sequential_rows_per_s"],
+        "metrics_vs_av2": (f["kiln_metrics_agents_per_s"] / f["av2_agents_per_s"]) if f["av2_agents_per_s"] else None,
+        "metrics_vs_numpy": f["kiln_metrics_agents_per_s"] / f["numpy_agents_per_s"],
+    }
+    figures.update(ratios)
+    difference = f["kiln_vs_av2_max_relative_difference"]
+    targets = {
+        "block_shuffle >= 100x torch RandomSampler": ratios["block_shuffle_vs_torch_random"] >= 100,
+        "block_shuffle >= 10x torch shuffle buffer": ratios["block_shuffle_vs_torch_shuffle_buffer"] >= 10,
+        "block_shuffle >= 2x the shuffle buffer's distinct files per batch": ratios["block_shuffle_distinct_vs_shuffle_buffer"] >= 2,
+        "sequential >= 2x pyarrow scan": ratios["sequential_vs_pyarrow_scan"] >= 2,
+        "metrics >= 3x av2 on one core": ratios["metrics_vs_av2"] is not None and ratios["metrics_vs_av2"] >= 3,
+        "metrics agree with av2 to 1e-6": difference is not None and difference <= 1e-6,
+    }
+    figures["targets"] = targets
+
+    print(f"\nkiln against its peers: {f['files']} files, {f['rows']} rows, batch {f['batch_size']}, "
+          f"{f['workers']} workers (ideal distinct files per batch {f['ideal_distinct']:.1f})")
+    print(f"{'reader':<52}{'rows/s':>14}{'files/batch':>13}")
+    rows = [
+        ("kiln block shuffle", f["kiln_block_shuffle_rows_per_s"], f["kiln_block_shuffle_distinct"]),
+        ("kiln sequential", f["kiln_sequential_rows_per_s"], f["kiln_sequential_distinct"]),
+        ("pyarrow read_table scan, 1 thread, no batching", f["pyarrow_scan_rows_per_s"], None),
+        ("torch DataLoader + RandomSampler (map-style, LRU)", f["torch_random_rows_per_s"], f["torch_random_distinct"]),
+        ("torch DataLoader, sequential (map-style)", f["torch_sequential_rows_per_s"], f["torch_sequential_distinct"]),
+        ("torch DataLoader, IterableDataset + shuffle buffer", f["torch_shuffle_buffer_rows_per_s"], f["torch_shuffle_buffer_distinct"]),
+    ]
+    for label, rate, distinct in rows:
+        shown = "-" if distinct is None else f"{distinct:.1f}"
+        print(f"{label:<52}{rate:14.0f}{shown:>13}")
+    av2_rate = f["av2_agents_per_s"]
+    print(f"\n{'metrics (Argoverse 2, one core)':<52}{'agents/s':>14}")
+    print(f"{'kiln-metrics host path':<52}{f['kiln_metrics_agents_per_s']:14.0f}")
+    print(f"{'numpy, vectorized':<52}{f['numpy_agents_per_s']:14.0f}")
+    if av2_rate:
+        print(f"{'av2 functions':<52}{av2_rate:14.0f}")
+    if difference is not None:
+        print(f"kiln vs av2 on the same agents: max relative difference {difference:.2e}")
+    print("\ntargets:")
+    for name, met in targets.items():
+        print(f"  [{'met' if met else 'NOT MET'}] {name}")
+    for name, value in ratios.items():
+        if value is not None:
+            print(f"  {name}: {value:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
