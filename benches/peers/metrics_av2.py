@@ -225,9 +225,13 @@ def main():
         tolerance = 3.0 / scenes if "miss_rate" in name or "average_precision" in name else 1e-5
         check(name, value, kiln.get(name), tolerance)
 
+    # Exact agreement, not just within the check's tolerance: the largest absolute difference.
+    shared = [name for name in reference if kiln.get(name) is not None]
+    figures_difference = max(abs(kiln[name] - reference[name]) for name in shared)
     figures = {
         "n": n,
         "agents_per_prediction": joint,
+        "kiln_vs_numpy_max_abs_difference": figures_difference,
         "k": pred.shape[1],
         "t": pred.shape[2],
         "kiln_host_threads": kiln["host_threads"],
@@ -283,6 +287,7 @@ def main():
             subset = f"{figures['numpy_on_av2_agents'][name]:.6f} / {av2_value:.6f}"
         print(f"{name:<28}{kiln[name]:12.6f}{reference[name]:12.6f}    {subset}")
     baseline = n / numpy_seconds
+    print(f"largest |kiln - numpy| over those metrics: {figures_difference:.3g}")
     print(f"\n{'path':<40}{'agents/s':>14}{'vs numpy':>10}")
     for label, rate in rows:
         print(f"{label:<40}{rate:14.0f}{rate / baseline:9.2f}x")
