@@ -152,4 +152,14 @@ pub enum Event {
     },
     /// An optimizer step finished.
     Step(StepReport),
+    /// The first optimizer step of a training run (a trainer's `fit`) has finished on the
+    /// device, after its [`Event::Step`]. On a GPU backend its time is mostly kernel
+    /// compilation and autotuning, so profilers report it apart from the steady steps.
+    FirstStep {
+        /// The step's number in the run (1, or more after a resume).
+        step: u64,
+        /// Time from the start of the run (the call of `fit`) to the end of this step, the
+        /// device synced.
+        elapsed: Duration,
+    },
 }

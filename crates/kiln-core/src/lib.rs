@@ -48,6 +48,7 @@
 //! # Ok::<(), kiln_core::Error>(())
 //! ```
 
+mod autotune;
 mod block_finder;
 mod data_key;
 mod error;
@@ -65,6 +66,7 @@ mod shard;
 mod source;
 mod transform;
 
+pub use autotune::AutotuneLevel;
 pub use block_finder::{BlockCursor, BlockFinder};
 pub use data_key::{ResumePoint, data_key};
 pub use error::{Error, Result};

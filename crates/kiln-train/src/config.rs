@@ -161,6 +161,11 @@ pub struct TrainerConfig {
     /// [`kiln_core::data_key`]), where the saved position silently repeats or skips samples.
     /// Default false: such a resume fails with [`Error::DataChanged`](crate::Error::DataChanged).
     pub resume_on_changed_data: bool,
+    /// While the first optimizer step of a [`fit`](crate::Trainer::fit) runs longer than this
+    /// many seconds, print a notice on stderr (again at the same interval): how long it has
+    /// run, the phase it is in, and whether the process is busy compiling and autotuning
+    /// kernels or idle waiting on the device. 0 turns the notice off. Default 20.
+    pub first_step_notice_seconds: f64,
 }
 
 impl Default for TrainerConfig {
@@ -187,6 +192,7 @@ impl Default for TrainerConfig {
             skip_warning: SkipWarningConfig::default(),
             sync_phase_timing: false,
             resume_on_changed_data: false,
+            first_step_notice_seconds: 20.0,
         }
     }
 }
@@ -250,6 +256,8 @@ setters! {
     with_sync_phase_timing: sync_phase_timing: bool;
     /// Sets [`resume_on_changed_data`](Self::resume_on_changed_data).
     with_resume_on_changed_data: resume_on_changed_data: bool;
+    /// Sets [`first_step_notice_seconds`](Self::first_step_notice_seconds).
+    with_first_step_notice_seconds: first_step_notice_seconds: f64;
 }
 
 impl TrainerConfig {
@@ -290,6 +298,14 @@ impl TrainerConfig {
         }
         if let Some(clipping) = &self.clipping {
             clipping.validate()?;
+        }
+        let notice = self.first_step_notice_seconds;
+        if !(notice.is_finite() && notice >= 0.0) {
+            return bad(
+                "first_step_notice_seconds",
+                notice.to_string(),
+                "must be a finite number of seconds >= 0 (0 turns the notice off)",
+            );
         }
         let warning = &self.skip_warning;
         if warning.window_steps == 0 {

@@ -8,6 +8,7 @@ use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_core::{Event, Fingerprint, Phase, Position, PositionedBatches};
 
+use crate::first_step::FirstStepWatch;
 use crate::{Error, FitSummary, Result, TrainStep, Trainer};
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -38,7 +39,33 @@ where
 
     /// [`fit`](Self::fit) with a callback after every epoch (validation, logging, early
     /// stopping by returning an error), given the trainer and what the epoch did.
-    pub fn fit_with<D, I, E, F>(&mut self, mut data: D, mut on_epoch_end: F) -> Result<FitSummary>
+    ///
+    /// The time from this call to the end of its first optimizer step is measured (the device
+    /// synced once there) and reported in [`FitSummary::time_to_first_step`], to observers as
+    /// [`Event::FirstStep`], and by [`time_to_first_step`](Self::time_to_first_step); while it
+    /// runs longer than [`first_step_notice_seconds`](crate::TrainerConfig::first_step_notice_seconds),
+    /// a notice on stderr says what is known.
+    pub fn fit_with<D, I, E, F>(&mut self, data: D, on_epoch_end: F) -> Result<FitSummary>
+    where
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+        F: FnMut(&mut Self, &EpochSummary) -> Result<()>,
+    {
+        let notice = self.config.first_step_notice_seconds;
+        let notice = (notice > 0.0).then(|| Duration::from_secs_f64(notice));
+        self.time_to_first_step = None;
+        self.first_step_after = self.counters.optimizer_steps;
+        let watch = FirstStepWatch::start(notice, format!("{:?}", self.device));
+        self.observers.watch_first_step(watch);
+        let result = self.fit_epochs(data, on_epoch_end);
+        // Stops the watcher on every path, errors included.
+        self.observers.take_first_step();
+        result
+    }
+
+    /// The body of [`fit_with`](Self::fit_with), inside its first-step watch.
+    fn fit_epochs<D, I, E, F>(&mut self, mut data: D, mut on_epoch_end: F) -> Result<FitSummary>
     where
         D: FnMut(Position) -> std::result::Result<I, E>,
         I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
@@ -68,6 +95,7 @@ where
                 break;
             }
             self.end_epoch()?;
+            self.note_first_step()?;
             summary.steps = self.counters.optimizer_steps - steps_before;
             summary.elapsed = started.elapsed();
             // After the callback, so what it draws from the host RNG is in the checkpoint.
@@ -81,7 +109,30 @@ where
             position: self.position,
             last_loss,
             reached_max_steps,
+            time_to_first_step: self.time_to_first_step,
         })
+    }
+
+    /// After the first optimizer step of a `fit`: waits for the device to finish it, records
+    /// the time since `fit` began and tells the observers. Does nothing after that.
+    fn note_first_step(&mut self) -> Result<()> {
+        if self.counters.optimizer_steps == self.first_step_after {
+            return Ok(());
+        }
+        let Some(watch) = self.observers.take_first_step() else {
+            return Ok(());
+        };
+        B::sync(&self.device).map_err(|error| Error::Device {
+            during: "the device sync that ends the first step's timing",
+            message: format!("{error:?}"),
+        })?;
+        let elapsed = watch.finish();
+        self.time_to_first_step = Some(elapsed);
+        self.observers.emit(&Event::FirstStep {
+            step: self.counters.optimizer_steps,
+            elapsed,
+        });
+        Ok(())
     }
 
     /// Trains on the current epoch's remaining batches; returns whether `max_steps` stopped it.
@@ -148,6 +199,9 @@ where
                 });
             }
             let outcome = self.train_batch(batch)?;
+            if outcome.step.is_some() {
+                self.note_first_step()?;
+            }
             // Overfitting replays epoch 0's batches: their positions are not this epoch's.
             if overfit {
                 self.count_samples(samples);

@@ -5,6 +5,7 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use kiln_core::{Event, Observer, Phase, Timing};
 
+use crate::first_step::FirstStepWatch;
 use crate::{Error, Result};
 
 /// The observers a trainer reports to, and the phase clock that times steps for them.
@@ -19,6 +20,8 @@ use crate::{Error, Result};
 pub(crate) struct Observers {
     list: Vec<Box<dyn Observer>>,
     force_sync: bool,
+    /// Set while a `fit` waits for its first optimizer step: told every phase entered.
+    first_step: Option<FirstStepWatch>,
 }
 
 /// A started phase.
@@ -33,6 +36,7 @@ impl Observers {
         Self {
             list: Vec::new(),
             force_sync,
+            first_step: None,
         }
     }
 
@@ -48,8 +52,21 @@ impl Observers {
         self.list.on_event(event);
     }
 
+    /// Watches the first optimizer step from now on (replacing any earlier watch).
+    pub(crate) fn watch_first_step(&mut self, watch: FirstStepWatch) {
+        self.first_step = Some(watch);
+    }
+
+    /// Ends the first-step watch, if one runs.
+    pub(crate) fn take_first_step(&mut self) -> Option<FirstStepWatch> {
+        self.first_step.take()
+    }
+
     /// Starts timing a phase of optimizer step `step`.
     pub(crate) fn start(&self, phase: Phase, step: u64) -> PhaseStarted {
+        if let Some(watch) = &self.first_step {
+            watch.enter(phase);
+        }
         if self.list.is_empty() && !self.force_sync {
             return PhaseStarted {
                 phase,

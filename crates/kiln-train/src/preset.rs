@@ -8,13 +8,17 @@
 //! | `debug` | f32, NaN/inf check of every loss and step (error naming the step), synced phase timing, overfits the first 4 batches of epoch 0 for 20 epochs |
 //! | `ci` | f32, one epoch of 4 batches, 2 validation batches, no checkpoints, reseeded every step, grad-norm tracking |
 //!
-//! What lies outside the trainer (cargo features, CubeCL's autotune level, loader workers) is
-//! described per preset in `docs/training.md`.
+//! Each preset also names the GPU autotune level it suits ([`Preset::autotune_level`]):
+//! `max_speed` tunes sizes finely (`extensive`), `balanced` and `reproducible` keep CubeCL's
+//! default (`balanced`), `debug` and `ci` tune least (`minimal`), for the fastest first step.
+//! Apply it with `kiln::backend::GpuTuning` before the device is made. What else lies outside
+//! the trainer (cargo features, loader workers) is described per preset in `docs/training.md`.
 
 use std::fmt;
 use std::str::FromStr;
 
 use burn::tensor::backend::Backend;
+use kiln_core::AutotuneLevel;
 
 use crate::{Precision, TrainerConfig};
 
@@ -75,6 +79,17 @@ impl Preset {
                 .with_max_batches_per_epoch(Some(4))
                 .with_max_validation_batches(Some(2))
                 .with_reseed_every_step(true),
+        }
+    }
+
+    /// The GPU autotune level the preset suits (see the module docs); the trainer does not
+    /// apply it, since CubeCL's settings are the process's and must be set before any device
+    /// exists: `kiln::backend::GpuTuning` does.
+    pub fn autotune_level(self) -> AutotuneLevel {
+        match self {
+            Preset::MaxSpeed => AutotuneLevel::Extensive,
+            Preset::Reproducible | Preset::Balanced => AutotuneLevel::Balanced,
+            Preset::Debug | Preset::Ci => AutotuneLevel::Minimal,
         }
     }
 
@@ -151,6 +166,8 @@ mod tests {
         assert!(ci.checkpoint.is_none() && ci.max_batches_per_epoch == Some(4));
         assert!(Preset::Reproducible.config().reseed_every_step);
         assert_eq!(Preset::MaxSpeed.config().precision, Precision::Bf16Mixed);
+        assert_eq!(Preset::Ci.autotune_level(), AutotuneLevel::Minimal);
+        assert_eq!(Preset::MaxSpeed.autotune_level(), AutotuneLevel::Extensive);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The `Trainer`: owns the model, optimizer, scheduler and the run's state.
 
+use std::time::Duration;
+
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
@@ -63,6 +65,10 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) observers: Observers,
     /// The data-parallel replica this trainer is, once it [joined](Self::join) one.
     pub(crate) membership: Option<Membership>,
+    /// The last `fit`'s time from its call to the end of its first optimizer step.
+    pub(crate) time_to_first_step: Option<Duration>,
+    /// The optimizer steps counted when the current `fit` began.
+    pub(crate) first_step_after: u64,
 }
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -125,6 +131,8 @@ where
             host_rng: rng::host_rng(config.seed),
             observers: Observers::new(config.sync_phase_timing),
             membership: None,
+            time_to_first_step: None,
+            first_step_after: 0,
             config,
             device,
         })
@@ -213,6 +221,12 @@ where
         };
         self.last_loss = Some(LastLoss::Read(value));
         Ok(Some(value))
+    }
+
+    /// The time from the last [`fit`](Self::fit)'s call to the end of its first optimizer step
+    /// (kernel compilation and autotuning included, on a GPU backend); `None` before one ran.
+    pub fn time_to_first_step(&self) -> Option<Duration> {
+        self.time_to_first_step
     }
 
     /// Micro-batches accumulated towards the next optimizer step.

@@ -15,7 +15,8 @@ pub struct PhaseReport {
     pub mode: TimingMode,
     /// Wall time from the first event to the last, in seconds.
     pub wall_seconds: f64,
-    /// Optimizer steps completed.
+    /// Optimizer steps completed, not counting the run's first step once the trainer reported
+    /// it (`Event::FirstStep`): that one has its own `first_step` row.
     pub steps: u64,
     /// Of those, the steps in which every phase ended with a device sync.
     pub accurate_steps: u64,
@@ -146,6 +147,14 @@ impl PhaseReport {
             self.sync_calls,
             self.sync_seconds
         );
+        if let Some(first) = self.row("first_step") {
+            let _ = writeln!(
+                out,
+                "first_step: {:.3} s from the start of training to the end of its first step \
+                 (kernel compilation and autotuning on a GPU), left out of the other rows.",
+                first.total_seconds
+            );
+        }
         if self.rows.iter().any(|row| row.estimated) {
             let note = if self.accurate_steps == 0 {
                 "~ host enqueue times: no step was timed at every phase yet (cheap mode times \

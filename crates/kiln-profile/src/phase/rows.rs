@@ -15,13 +15,19 @@ pub(super) fn rows(state: &State, mode: TimingMode) -> (Vec<PhaseRow>, Duration)
         state.last_event.saturating_sub(first)
     });
     let estimated = !matches!(mode, TimingMode::Accurate | TimingMode::Host)
-        && state.accurate_steps.calls < state.steps.calls;
+        && state.tallies.accurate_steps.calls < state.tallies.steps.calls;
     let mut rows = Vec::new();
     for action in Action::ALL {
         let row = match action {
-            Action::Step => Some(row_from(action, &state.steps, false)),
+            Action::Step => Some(row_from(action, &state.tallies.steps, false)),
+            Action::FirstStep => state.first_step.map(|(_, elapsed)| {
+                let mut once = Tally::default();
+                once.add(elapsed);
+                row_from(action, &once, false)
+            }),
             Action::Other => other_row(state, estimated),
             Action::DataWait | Action::Validation => state
+                .tallies
                 .all
                 .get(&action)
                 .map(|all| row_from(action, all, false)),
@@ -52,14 +58,15 @@ fn row_from(action: Action, tally: &Tally, estimated: bool) -> PhaseRow {
 /// since every step ends with a sync). Before any accurate step, the host's times, marked
 /// estimated.
 fn phase_row(state: &State, action: Action, estimated: bool) -> Option<PhaseRow> {
-    let all = state.all.get(&action)?;
+    let all = state.tallies.all.get(&action)?;
     if !estimated {
         return Some(row_from(action, all, false));
     }
-    if state.accurate_steps.calls == 0 {
+    if state.tallies.accurate_steps.calls == 0 {
         return Some(row_from(action, all, true));
     }
     let accurate = state
+        .tallies
         .accurate
         .get(&action)
         .map_or(Duration::ZERO, |tally| tally.total);
@@ -68,19 +75,19 @@ fn phase_row(state: &State, action: Action, estimated: bool) -> Option<PhaseRow>
 
 /// The rest of the steps, estimated like a phase when not every step was accurate.
 fn other_row(state: &State, estimated: bool) -> Option<PhaseRow> {
-    if state.steps.calls == 0 {
+    if state.tallies.steps.calls == 0 {
         return None;
     }
-    if !estimated || state.accurate_steps.calls == 0 {
-        let mut row = row_from(Action::Other, &state.other, estimated);
-        row.calls = state.steps.calls;
+    if !estimated || state.tallies.accurate_steps.calls == 0 {
+        let mut row = row_from(Action::Other, &state.tallies.other, estimated);
+        row.calls = state.tallies.steps.calls;
         return Some(row);
     }
     Some(estimated_row(
         state,
         Action::Other,
-        state.accurate_other.total,
-        state.steps.calls,
+        state.tallies.accurate_other.total,
+        state.tallies.steps.calls,
     ))
 }
 
@@ -88,10 +95,15 @@ fn other_row(state: &State, estimated: bool) -> Option<PhaseRow> {
 /// (each without its data wait).
 fn estimated_row(state: &State, action: Action, accurate_total: Duration, calls: u64) -> PhaseRow {
     let accurate_work = state
+        .tallies
         .accurate_steps
         .total
-        .saturating_sub(state.accurate_wait_in_steps);
-    let all_work = state.steps.total.saturating_sub(state.wait_in_steps);
+        .saturating_sub(state.tallies.accurate_wait_in_steps);
+    let all_work = state
+        .tallies
+        .steps
+        .total
+        .saturating_sub(state.tallies.wait_in_steps);
     let total = all_work.as_secs_f64() * ratio(accurate_total, accurate_work);
     PhaseRow {
         action,

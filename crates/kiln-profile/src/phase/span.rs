@@ -24,11 +24,15 @@ pub enum Action {
     Other,
     /// One whole optimizer step, from its first phase's start to its report.
     Step,
+    /// The first optimizer step of a training run, from the run's start to the step's end on
+    /// the device: on a GPU backend, mostly kernel compilation and autotuning. Reported on its
+    /// own line, and left out of every other row.
+    FirstStep,
 }
 
 impl Action {
     /// Every action, in step order.
-    pub const ALL: [Action; 8] = [
+    pub const ALL: [Action; 9] = [
         Action::DataWait,
         Action::HostToDevice,
         Action::Forward,
@@ -37,6 +41,7 @@ impl Action {
         Action::Validation,
         Action::Other,
         Action::Step,
+        Action::FirstStep,
     ];
 
     /// The snake_case name used in tables, JSON and traces.
@@ -50,6 +55,7 @@ impl Action {
             Action::Validation => "validation",
             Action::Other => "other",
             Action::Step => "step",
+            Action::FirstStep => "first_step",
         }
     }
 }

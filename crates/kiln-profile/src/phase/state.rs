@@ -9,9 +9,9 @@ use kiln_core::{Event, Phase};
 use super::tally::Tally;
 use super::{Action, Span};
 
-/// What the timer has seen so far.
-#[derive(Debug, Default)]
-pub(super) struct State {
+/// The tallies a step adds to: what the first step of a run is taken back out of.
+#[derive(Debug, Default, Clone)]
+pub(super) struct StepTallies {
     /// Every phase, every step.
     pub(super) all: BTreeMap<Action, Tally>,
     /// Phases of the steps in which every phase synced.
@@ -22,11 +22,23 @@ pub(super) struct State {
     /// `other` (a step's time outside its phases) of every step, and of the accurate steps.
     pub(super) other: Tally,
     pub(super) accurate_other: Tally,
-    pub(super) syncs: Tally,
     /// The data wait inside every step, and inside the accurate steps: measured on the host
     /// in every step, it is left out of the share the other phases are estimated from.
     pub(super) wait_in_steps: Duration,
     pub(super) accurate_wait_in_steps: Duration,
+}
+
+/// What the timer has seen so far.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    /// The steady steps' tallies (the first step of a run taken out once it is known).
+    pub(super) tallies: StepTallies,
+    /// The tallies as they were when the open step began, until the first `FirstStep` event:
+    /// restored when it names that step.
+    pub(super) before_open: Option<(u64, StepTallies)>,
+    /// The first step of the run: its number and its time from the run's start.
+    pub(super) first_step: Option<(u64, Duration)>,
+    pub(super) syncs: Tally,
     pub(super) current: Option<OpenStep>,
     /// The last `max_spans` spans.
     pub(super) spans: VecDeque<Span>,
@@ -80,7 +92,6 @@ impl State {
             return;
         };
         let duration = now.saturating_sub(open.start);
-        self.steps.add(duration);
         let phases: Duration = open.phases.iter().map(|(_, elapsed)| *elapsed).sum();
         let wait: Duration = open
             .phases
@@ -88,14 +99,16 @@ impl State {
             .filter(|(action, _)| *action == Action::DataWait)
             .map(|(_, elapsed)| *elapsed)
             .sum();
-        self.other.add(duration.saturating_sub(phases));
-        self.wait_in_steps += wait;
+        let tallies = &mut self.tallies;
+        tallies.steps.add(duration);
+        tallies.other.add(duration.saturating_sub(phases));
+        tallies.wait_in_steps += wait;
         if open.all_synced {
-            self.accurate_wait_in_steps += wait;
-            self.accurate_steps.add(duration);
-            self.accurate_other.add(duration.saturating_sub(phases));
+            tallies.accurate_wait_in_steps += wait;
+            tallies.accurate_steps.add(duration);
+            tallies.accurate_other.add(duration.saturating_sub(phases));
             for (action, elapsed) in &open.phases {
-                self.accurate.entry(*action).or_default().add(*elapsed);
+                tallies.accurate.entry(*action).or_default().add(*elapsed);
             }
         }
         self.push_span(
@@ -104,6 +117,30 @@ impl State {
                 step,
                 start: open.start,
                 duration,
+                sync: None,
+            },
+            max_spans,
+        );
+    }
+
+    /// The run's first step ended `elapsed` after the run began: its phases leave the steady
+    /// rows (restored to the tallies from before it opened) and it gets its own span.
+    fn first_step(&mut self, step: u64, elapsed: Duration, now: Duration, max_spans: usize) {
+        if self.first_step.is_some() {
+            return;
+        }
+        self.first_step = Some((step, elapsed));
+        if let Some((opened, before)) = self.before_open.take()
+            && opened == step
+        {
+            self.tallies = before;
+        }
+        self.push_span(
+            Span {
+                action: Action::FirstStep,
+                step,
+                start: now.saturating_sub(elapsed),
+                duration: elapsed,
                 sync: None,
             },
             max_spans,
@@ -120,6 +157,10 @@ impl State {
                 if *phase != Phase::Validation
                     && self.current.as_ref().is_none_or(|open| open.step != *step) =>
             {
+                // Until the run's first step is known, remember the tallies without it.
+                if self.first_step.is_none() {
+                    self.before_open = Some((*step, self.tallies.clone()));
+                }
                 self.current = Some(OpenStep {
                     step: *step,
                     start: now,
@@ -134,7 +175,7 @@ impl State {
                 sync,
             } => {
                 let action = Action::from(*phase);
-                self.all.entry(action).or_default().add(*elapsed);
+                self.tallies.all.entry(action).or_default().add(*elapsed);
                 if let Some(sync) = sync {
                     self.syncs.add(*sync);
                 }
@@ -155,6 +196,7 @@ impl State {
                 self.push_span(span, max_spans);
             }
             Event::Step(report) => self.finish_step(report.step, now, max_spans),
+            Event::FirstStep { step, elapsed } => self.first_step(*step, *elapsed, now, max_spans),
             Event::BatchReady { samples, .. } => {
                 self.batches += 1;
                 self.samples += samples;

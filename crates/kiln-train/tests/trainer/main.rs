@@ -12,6 +12,7 @@ mod debug;
 mod errors;
 mod norms;
 mod observers;
+mod products;
 mod readbacks;
 mod resume;
 mod scheduler;

@@ -16,9 +16,21 @@ fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
     trainer.add_observer(recorder.clone());
     trainer.add_observer(ProgressObserver::hidden());
     let batches = common::batches::<B>(3, 4, 1, &device);
-    trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
+    let summary = trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
 
     let events = recorder.events();
+    // The first step's time, once: in the summary, on the trainer and as an event.
+    let first: Vec<_> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::FirstStep { step, elapsed } => Some((*step, *elapsed)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].0, 1);
+    assert_eq!(summary.time_to_first_step, Some(first[0].1));
+    assert_eq!(trainer.time_to_first_step(), Some(first[0].1));
     let names: Vec<String> = events
         .iter()
         .map(|event| match event {
@@ -28,6 +40,7 @@ fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
             Event::PhaseStart { phase, step } => format!("{phase}@{step}"),
             Event::PhaseEnd { .. } => "end".to_owned(),
             Event::Step(report) => format!("step{}", report.step),
+            Event::FirstStep { step, .. } => format!("first_step{step}"),
             _ => "other".to_owned(),
         })
         .collect();
@@ -55,6 +68,8 @@ fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
     expected.extend(micro(1));
     expected.extend(micro(1));
     expected.extend(optimizer(1));
+    // The first step of the fit, timed once the device has finished it.
+    expected.push("first_step1".to_owned());
     expected.extend(micro(2));
     // The iterator runs dry: the last partial window is flushed at the epoch end.
     expected.extend(["data_wait@2".to_owned(), "end".to_owned()]);

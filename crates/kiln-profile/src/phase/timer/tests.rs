@@ -217,3 +217,41 @@ fn validation_and_an_unfinished_step_are_not_steps() {
     assert_eq!(epochs.len(), 1);
     assert!(epochs[0].end.is_some());
 }
+
+#[test]
+fn the_first_step_of_a_run_gets_its_own_row_and_leaves_the_others() {
+    let timer = PhaseTimer::new(Clock::start(), TimingMode::Accurate);
+    // Step 1 compiles its kernels: much slower than the steady steps after it.
+    let slow = [(Phase::Forward, 30), (Phase::Backward, 40)];
+    run_step(&timer, 1, &slow, true);
+    timer.on_event(&Event::FirstStep {
+        step: 1,
+        elapsed: ms(75),
+    });
+    for step in 2..=3 {
+        run_step(&timer, step, &PHASES, true);
+    }
+    // A later run's first step (another fit on the same timer) is not taken out again.
+    timer.on_event(&Event::FirstStep {
+        step: 3,
+        elapsed: ms(9),
+    });
+    let report = timer.report();
+    assert_eq!(report.steps, 2);
+    let forward = report.row("forward").unwrap();
+    assert_eq!(forward.calls, 2);
+    assert!((forward.total_seconds - 0.004).abs() < 1e-9);
+    let first = report.row("first_step").unwrap();
+    assert_eq!(first.calls, 1);
+    assert!((first.total_seconds - 0.075).abs() < 1e-9);
+    let table = report.table();
+    assert!(table.contains("first_step: 0.075 s"), "{table}");
+    let spans = timer.spans();
+    assert_eq!(
+        spans
+            .iter()
+            .filter(|span| span.action == Action::FirstStep)
+            .count(),
+        1
+    );
+}

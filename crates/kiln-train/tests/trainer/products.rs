@@ -1,0 +1,72 @@
+//! Mixed precision keeps f32's accuracy only if the matrix products of f16 and bf16 inputs
+//! accumulate in f32, as PyTorch's do. Burn 0.21's CubeCL kernels (CUDA and wgpu) choose an
+//! f32 accumulator for low-precision inputs; flex computes in f32. This checks it where it
+//! matters most: a long inner dimension of positive terms, whose sum an f16 accumulator cannot
+//! hold (at 1024 its spacing is 1.0, so every term under 0.5 would be lost).
+
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+
+const ROWS: usize = 4;
+const INNER: usize = 4096;
+
+/// Values in [0, 1), exactly representable in f16 and bf16 (multiples of 1/128).
+fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % 128) as f32 / 128.0
+        })
+        .collect()
+}
+
+fn low_precision_products_accumulate_in_f32<B: AutodiffBackend>(device: B::Device) {
+    let lhs = values(ROWS * INNER, 1);
+    let rhs = values(INNER * ROWS, 2);
+    // The exact products, in f64 on the host.
+    let mut exact = vec![0f64; ROWS * ROWS];
+    for i in 0..ROWS {
+        for j in 0..ROWS {
+            exact[i * ROWS + j] = (0..INNER)
+                .map(|k| f64::from(lhs[i * INNER + k]) * f64::from(rhs[k * ROWS + j]))
+                .sum();
+        }
+    }
+    for (dtype, stored) in [
+        (FloatDType::F16, DType::F16),
+        (FloatDType::BF16, DType::BF16),
+    ] {
+        // lavapipe has no bf16.
+        if !B::supports_dtype(&device, stored) {
+            continue;
+        }
+        let tensor = |data: &[f32], shape: [usize; 2]| {
+            Tensor::<B::InnerBackend, 2>::from_data(TensorData::new(data.to_vec(), shape), &device)
+                .cast(dtype)
+        };
+        let product = tensor(&lhs, [ROWS, INNER])
+            .matmul(tensor(&rhs, [INNER, ROWS]))
+            .cast(FloatDType::F32)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        // The output is rounded to f16 (bf16): relative 2^-11 (2^-8) of a value near 1024.
+        let tolerance = match dtype {
+            FloatDType::BF16 => 8e-3,
+            _ => 1e-3,
+        };
+        for (got, want) in product.iter().zip(&exact) {
+            let relative = (f64::from(*got) - want).abs() / want;
+            assert!(
+                relative <= tolerance,
+                "{dtype:?} product over {INNER} terms: {got} against {want} (relative error \
+                 {relative:.2e} > {tolerance:.0e}): the accumulator is not f32"
+            );
+        }
+    }
+}
+
+crate::backend_tests!(low_precision_products_accumulate_in_f32);
