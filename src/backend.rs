@@ -34,6 +34,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use burn::backend::Autodiff;
+
+pub use crate::gpu_tuning::{GpuTuning, GpuTuningError};
 use burn::tensor::backend::AutodiffBackend;
 
 /// The CPU backend: Burn's pure-Rust `flex`, with f16 and bf16 support.
@@ -89,6 +91,8 @@ pub enum CudaStatus {
     Available {
         /// Number of CUDA devices.
         devices: usize,
+        /// The first device's name, as the driver reports it (`NVIDIA H200`).
+        name: String,
     },
     /// CUDA cannot be used.
     Unavailable {
@@ -199,7 +203,7 @@ impl Selection {
             #[cfg(feature = "cuda")]
             Selection::Cuda { index } => {
                 let available = match cuda_status() {
-                    CudaStatus::Available { devices } => devices,
+                    CudaStatus::Available { devices, .. } => devices,
                     CudaStatus::Unavailable { .. } => 0,
                 };
                 if index + count > available {
@@ -304,12 +308,39 @@ pub enum SelectError {
         /// Why, in words.
         reason: String,
     },
+    /// A GPU was chosen, but kiln's GPU settings from the environment are wrong.
+    #[error("the GPU settings: {0}")]
+    GpuTuning(GpuTuningError),
 }
 
 /// Picks the device for a preference. [`DevicePreference::Cuda`] and
 /// [`DevicePreference::Wgpu`] fail when that device cannot be used; `Auto` and `Cpu` never
 /// fail, and the selection says why each faster choice was passed over.
+///
+/// When it picks a GPU, it makes [`GpuTuning::from_env`] CubeCL's settings (cache directory,
+/// autotune level, kernel log) unless settings were applied before.
 pub fn select(preference: DevicePreference) -> Result<Selection, SelectError> {
+    let selection = choose(preference)?;
+    let device = match &selection {
+        Selection::Cpu { .. } => None,
+        Selection::Cuda { .. } => Some(match cuda_status() {
+            CudaStatus::Available { name, .. } => format!("cuda {name}"),
+            CudaStatus::Unavailable { .. } => "cuda".to_owned(),
+        }),
+        Selection::Wgpu { adapter, .. } => Some(format!("vulkan {adapter}")),
+    };
+    if let Some(device) = device {
+        match GpuTuning::from_env().for_device(&device).apply() {
+            // Applied now, or by the user before: either way the GPU runs with kiln's choice.
+            Ok(_) | Err(GpuTuningError::AlreadyConfigured { .. }) => {}
+            Err(error) => return Err(SelectError::GpuTuning(error)),
+        }
+    }
+    Ok(selection)
+}
+
+/// The choice of [`select`], before any setting is applied.
+fn choose(preference: DevicePreference) -> Result<Selection, SelectError> {
     match preference {
         // Answered without probing: the CPU needs no driver, and `cuInit` can take seconds.
         DevicePreference::Cpu => Ok(Selection::Cpu {
@@ -433,7 +464,8 @@ mod vulkan {
 
 #[cfg(feature = "cuda")]
 mod driver {
-    //! A two-call conversation with the CUDA driver API: `cuInit`, then `cuDeviceGetCount`.
+    //! A short conversation with the CUDA driver API: `cuInit`, `cuDeviceGetCount`, then
+    //! `cuDeviceGetName` of device 0.
 
     use super::CudaStatus;
 
@@ -444,6 +476,7 @@ mod driver {
 
     type CuInit = unsafe extern "C" fn(flags: u32) -> i32;
     type CuDeviceGetCount = unsafe extern "C" fn(count: *mut i32) -> i32;
+    type CuDeviceGetName = unsafe extern "C" fn(name: *mut u8, length: i32, device: i32) -> i32;
 
     pub(super) fn probe() -> CudaStatus {
         let unavailable = |reason: String| CudaStatus::Unavailable { reason };
@@ -476,13 +509,32 @@ mod driver {
         if status != 0 {
             return unavailable(format!("cuDeviceGetCount failed with CUDA error {status}"));
         }
-        // Keep the driver loaded: Burn's runtime will use the same library.
-        std::mem::forget(library);
         if devices <= 0 {
             return unavailable("the CUDA driver reports no devices".to_owned());
         }
+        let mut name = [0u8; 256];
+        // SAFETY: the symbol type matches the driver API's C signature; the buffer is live and
+        // its length is passed, so the driver writes at most that many bytes, NUL included.
+        let named = unsafe {
+            library
+                .get::<CuDeviceGetName>(b"cuDeviceGetName\0")
+                .map(|get_name| get_name(name.as_mut_ptr(), name.len() as i32, 0) == 0)
+                .unwrap_or(false)
+        };
+        let name = if named {
+            let end = name
+                .iter()
+                .position(|&byte| byte == 0)
+                .unwrap_or(name.len());
+            String::from_utf8_lossy(&name[..end]).into_owned()
+        } else {
+            "CUDA device 0".to_owned()
+        };
+        // Keep the driver loaded: Burn's runtime will use the same library.
+        std::mem::forget(library);
         CudaStatus::Available {
             devices: devices as usize,
+            name,
         }
     }
 }

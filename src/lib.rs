@@ -28,6 +28,8 @@
 
 #[cfg(feature = "backend")]
 pub mod backend;
+#[cfg(feature = "backend")]
+mod gpu_tuning;
 #[cfg(feature = "cache")]
 pub use kiln_cache as cache;
 #[cfg(feature = "core")]
