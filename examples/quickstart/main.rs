@@ -24,11 +24,12 @@ mod baseline;
 mod cached_batch;
 mod dataset;
 mod model;
+mod plain_loop;
 mod profiling;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
@@ -102,6 +103,32 @@ struct Args {
     /// Write the figures as one JSON object to this path, and the SVG timeline next to it.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Who trains: `kiln` (kiln-train's `Trainer`) or `plain-burn` (a hand-written Burn loop
+    /// on the same model, batches, loss, Adam and schedule; f32 only, no profiler): the
+    /// baseline kiln's step time is measured against.
+    #[arg(long, default_value = "kiln")]
+    trainer: TrainerKind,
+    /// Train without the profiler (no phase timer, device monitor or cached-batch test).
+    #[arg(long)]
+    no_profile: bool,
+}
+
+/// Who runs the training loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TrainerKind {
+    /// kiln-train's `Trainer`.
+    Kiln,
+    /// A hand-written Burn loop (`plain_loop.rs`).
+    PlainBurn,
+}
+
+impl TrainerKind {
+    fn name(self) -> &'static str {
+        match self {
+            TrainerKind::Kiln => "kiln",
+            TrainerKind::PlainBurn => "plain_burn",
+        }
+    }
 }
 
 /// What one epoch measured.
@@ -118,6 +145,65 @@ struct EpochFigures {
     data_wait_fraction: f64,
 }
 
+/// One epoch's figures from its metrics report and timings.
+fn epoch_figures(
+    epoch: u64,
+    train_loss: f64,
+    report: &kiln::metrics::MetricReport,
+    elapsed: Duration,
+    samples: u64,
+    waited: Duration,
+) -> EpochFigures {
+    let top = |k| report.horizons[0].at(k);
+    let value = |k, pick: fn(&kiln::metrics::TopKReport) -> Option<f64>| {
+        top(k).and_then(pick).unwrap_or(f64::NAN)
+    };
+    let seconds = elapsed.as_secs_f64();
+    EpochFigures {
+        epoch,
+        train_loss,
+        min_ade: value(MODES, |r| r.min_ade),
+        min_fde: value(MODES, |r| r.min_fde),
+        miss_rate: value(MODES, |r| r.miss_rate),
+        ade_top1: value(1, |r| r.min_ade),
+        train_seconds: seconds,
+        samples_per_s: if seconds > 0.0 {
+            samples as f64 / seconds
+        } else {
+            0.0
+        },
+        data_wait_fraction: if seconds > 0.0 {
+            (waited.as_secs_f64() / seconds).min(1.0)
+        } else {
+            0.0
+        },
+    }
+}
+
+/// The epoch's line of the table.
+fn epoch_line(row: &EpochFigures) -> String {
+    format!(
+        "{:>5}  {:>10.4}  {:>8.3}  {:>8.3}  {:>5.1}%  {:>6.3}  {:>9.0}  {:>8.1}%",
+        row.epoch,
+        row.train_loss,
+        row.min_ade,
+        row.min_fde,
+        100.0 * row.miss_rate,
+        row.ade_top1,
+        row.samples_per_s,
+        100.0 * row.data_wait_fraction
+    )
+}
+
+/// Milliseconds per training step over the epochs after the first (which compiles and tunes
+/// on a GPU): their training time over their steps.
+fn steady_step_ms(figures: &[EpochFigures], steps_per_epoch: u64) -> Option<f64> {
+    let later = figures.get(1..).filter(|later| !later.is_empty())?;
+    let seconds: f64 = later.iter().map(|f| f.train_seconds).sum();
+    let steps = steps_per_epoch * later.len() as u64;
+    (steps > 0).then(|| 1e3 * seconds / steps as f64)
+}
+
 struct Quickstart {
     args: Args,
     probe: Option<Arc<dyn kiln::profile::MemoryProbe>>,
@@ -126,12 +212,20 @@ struct Quickstart {
     cache_dir: PathBuf,
 }
 
-/// What a run returns: the figures of every epoch, the profile and the baseline's metrics.
-type RunOutput = (
-    Vec<EpochFigures>,
-    profiling::Profile,
-    kiln::metrics::TopKReport,
-);
+/// What a run returns.
+struct RunOutput {
+    /// The figures of every epoch.
+    figures: Vec<EpochFigures>,
+    /// `None` with `--no-profile` and `--trainer plain-burn`.
+    profile: Option<profiling::Profile>,
+    /// The constant-velocity baseline's metrics.
+    baseline: kiln::metrics::TopKReport,
+    /// From the start of training to the end of its first step (compilation and autotuning
+    /// on a GPU); `None` when no step ran (a resumed, finished run).
+    time_to_first_step: Option<Duration>,
+    /// Whole batches per epoch.
+    steps_per_epoch: u64,
+}
 
 impl BackendTask for Quickstart {
     type Output = anyhow::Result<RunOutput>;
@@ -218,6 +312,28 @@ impl BackendTask for Quickstart {
         }
         B::seed(&device, args.seed);
         let model = Forecaster::<B>::new(args.width, &device);
+        let mut metrics = MetricsConfig::argoverse2().init()?;
+        println!("epoch  train loss  minADE@6  minFDE@6  MR@6    ADE@1   samples/s  data wait");
+        if args.trainer == TrainerKind::PlainBurn {
+            let run = plain_loop::train(
+                model,
+                scheduler,
+                10.0,
+                args.epochs,
+                |epoch| Ok(train_loader.plan_epoch(&sampler, &PlanRequest::new(args.seed, epoch))?),
+                &valid_batches,
+                &mut metrics,
+                &device,
+                |row| println!("{}", epoch_line(row)),
+            )?;
+            return Ok(RunOutput {
+                figures: run.figures,
+                profile: None,
+                baseline,
+                time_to_first_step: run.time_to_first_step,
+                steps_per_epoch,
+            });
+        }
         let mut trainer = config.init(model, AdamConfig::new().init(), scheduler, device)?;
         if let Some(dir) = &args.checkpoint_dir
             && let Some(latest) = latest_checkpoint(dir)?
@@ -228,15 +344,18 @@ impl BackendTask for Quickstart {
 
         let progress = Arc::new(ProgressObserver::new().with_total_steps(total_steps));
         trainer.add_observer(Arc::clone(&progress));
-        let mut profiler = profiling::Profiler::start(self.probe.clone())?;
-        let (timer, meter) = profiler.observers();
-        trainer.add_observer(timer);
-        trainer.add_observer(meter);
+        let mut profiler = if args.no_profile {
+            None
+        } else {
+            let profiler = profiling::Profiler::start(self.probe.clone())?;
+            let (timer, meter) = profiler.observers();
+            trainer.add_observer(timer);
+            trainer.add_observer(meter);
+            Some(profiler)
+        };
 
-        let mut metrics = MetricsConfig::argoverse2().init()?;
         let mut figures = Vec::new();
-        println!("epoch  train loss  minADE@6  minFDE@6  MR@6    ADE@1   samples/s  data wait");
-        trainer.fit_with(
+        let summary = trainer.fit_with(
             // Each epoch's plan, resumed at the trainer's position (mid-epoch after a restart).
             |position| {
                 let request = PlanRequest::new(args.seed, position.epoch);
@@ -245,39 +364,30 @@ impl BackendTask for Quickstart {
             |trainer, epoch| {
                 metrics.reset();
                 let report = trainer.validate(valid_batches.iter().cloned(), &mut metrics)?;
-                let top = |k| report.horizons[0].at(k);
-                let value = |k, pick: fn(&kiln::metrics::TopKReport) -> Option<f64>| {
-                    top(k).and_then(pick).unwrap_or(f64::NAN)
-                };
-                let row = EpochFigures {
-                    epoch: epoch.epoch,
-                    train_loss: trainer.last_loss()?.unwrap_or(f64::NAN),
-                    min_ade: value(MODES, |r| r.min_ade),
-                    min_fde: value(MODES, |r| r.min_fde),
-                    miss_rate: value(MODES, |r| r.miss_rate),
-                    ade_top1: value(1, |r| r.min_ade),
-                    train_seconds: epoch.elapsed.as_secs_f64(),
-                    samples_per_s: epoch.samples_per_second(),
-                    data_wait_fraction: epoch.data_wait_fraction(),
-                };
-                progress.suspend(|| {
-                    println!(
-                        "{:>5}  {:>10.4}  {:>8.3}  {:>8.3}  {:>5.1}%  {:>6.3}  {:>9.0}  {:>8.1}%",
-                        row.epoch,
-                        row.train_loss,
-                        row.min_ade,
-                        row.min_fde,
-                        100.0 * row.miss_rate,
-                        row.ade_top1,
-                        row.samples_per_s,
-                        100.0 * row.data_wait_fraction
-                    )
-                });
+                let train_loss = trainer.last_loss()?.unwrap_or(f64::NAN);
+                let row = epoch_figures(
+                    epoch.epoch,
+                    train_loss,
+                    &report,
+                    epoch.elapsed,
+                    epoch.samples,
+                    epoch.data_wait,
+                );
+                progress.suspend(|| println!("{}", epoch_line(&row)));
                 figures.push(row);
                 Ok(())
             },
         )?;
         progress.finish();
+        let Some(mut profiler) = profiler.take() else {
+            return Ok(RunOutput {
+                figures,
+                profile: None,
+                baseline,
+                time_to_first_step: summary.time_to_first_step,
+                steps_per_epoch,
+            });
+        };
         profiler.training_done();
         let diagnosis = if args.diagnose_steps > 0 {
             // Batches of epochs the run did not train on: one kept on the device, the rest
@@ -323,7 +433,13 @@ impl BackendTask for Quickstart {
                     .unwrap_or_default()
             );
         }
-        Ok((figures, profile, baseline))
+        Ok(RunOutput {
+            figures,
+            profile: Some(profile),
+            baseline,
+            time_to_first_step: summary.time_to_first_step,
+            steps_per_epoch,
+        })
     }
 }
 
@@ -377,9 +493,17 @@ fn main() -> anyhow::Result<()> {
         args.valid_players >= 4,
         "--valid-players must be at least 4"
     );
+    ensure!(
+        args.trainer == TrainerKind::Kiln || args.precision == Precision::F32,
+        "--trainer plain-burn trains in f32 only (mixed precision by hand is kiln-train's job)"
+    );
     let selection = select(args.device)?;
     println!("device    {selection}");
+    if let Some(tuning) = kiln::backend::GpuTuning::applied() {
+        println!("kernels   {tuning}");
+    }
     println!("precision {}", args.precision);
+    println!("trainer   {}", args.trainer.name());
 
     let temporary = tempfile::tempdir()?;
     let root = args
@@ -390,7 +514,13 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     // Made on this thread, which trains: CubeCL keeps a memory pool per thread's stream.
     let probe = selection.memory_probe();
-    let (figures, profile, baseline) = selection.run(Quickstart {
+    let RunOutput {
+        figures,
+        profile,
+        baseline,
+        time_to_first_step,
+        steps_per_epoch,
+    } = selection.run(Quickstart {
         args: args.clone(),
         probe,
         train_dir,
@@ -399,6 +529,13 @@ fn main() -> anyhow::Result<()> {
     })?;
     let seconds = started.elapsed().as_secs_f64();
     println!("done in {seconds:.1} s");
+    if let Some(first) = time_to_first_step {
+        println!(
+            "first step {:.2} s from the start of training to the end of its first step (kernel \
+             compilation and autotuning on a GPU)",
+            first.as_secs_f64()
+        );
+    }
     let last = figures.last();
     // The share of training time spent waiting for the loader, over all epochs.
     let trained: f64 = figures.iter().map(|f| f.train_seconds).sum();
@@ -422,16 +559,24 @@ fn main() -> anyhow::Result<()> {
             100.0 * baseline.miss_rate.unwrap_or(f64::NAN)
         );
     }
-    if let Some(phases) = profile.phases() {
+    let step_ms = steady_step_ms(&figures, steps_per_epoch);
+    if let Some(step_ms) = step_ms {
+        println!(
+            "steps     {step_ms:.3} ms a step after the first epoch ({}, data wait included)",
+            args.trainer.name()
+        );
+    }
+    let report = profile.as_ref().map(|profile| &profile.report);
+    if let Some(phases) = profile.as_ref().and_then(|profile| profile.phases()) {
         print!("{}", phases.table());
     }
-    if let Some(throughput) = &profile.report.throughput {
+    if let Some(throughput) = report.and_then(|report| report.throughput.as_ref()) {
         println!(
             "throughput {:.0} samples/s, {:.1} steps/s over the last {} steps",
             throughput.samples_per_s, throughput.steps_per_s, throughput.window_steps
         );
     }
-    if let Some(diagnosis) = &profile.report.diagnosis {
+    if let Some(diagnosis) = report.and_then(|report| report.diagnosis.as_ref()) {
         println!(
             "verdict   {}: the loader reaches {:.0}% of the cached batch's {:.1} steps/s, \
              {:.0}% of its time waiting for data",
@@ -460,19 +605,25 @@ fn main() -> anyhow::Result<()> {
             "baseline_miss_rate": baseline.miss_rate,
             "data_wait_share": data_wait_share,
             "seconds": seconds,
+            "time_to_first_step_s": time_to_first_step.map(|first| first.as_secs_f64()),
+            "trainer": args.trainer.name(),
+            "step_ms": step_ms,
+            "kernel_cache": kiln::backend::GpuTuning::applied().map(|tuning| tuning.cache_dir()),
             "epochs_run": figures,
-            "verdict": profile.report.diagnosis.as_ref().map(|d| d.verdict),
-            "timeline_svg": path.with_extension("svg"),
-            "profile": &profile.report,
+            "verdict": report.and_then(|report| report.diagnosis.as_ref()).map(|d| d.verdict),
+            "timeline_svg": profile.as_ref().map(|_| path.with_extension("svg")),
+            "profile": report,
         });
-        let svg = path.with_extension("svg");
-        kiln::profile::report::write_timeline_svg(
-            &svg,
-            "kiln quickstart",
-            &profile.spans,
-            &profile.samples,
-        )?;
-        println!("timeline  {}", svg.display());
+        if let Some(profile) = &profile {
+            let svg = path.with_extension("svg");
+            kiln::profile::report::write_timeline_svg(
+                &svg,
+                "kiln quickstart",
+                &profile.spans,
+                &profile.samples,
+            )?;
+            println!("timeline  {}", svg.display());
+        }
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }

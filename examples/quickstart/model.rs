@@ -87,19 +87,42 @@ impl<B: AutodiffBackend> TrainStep<B> for Forecaster<B> {
     fn step(&self, batch: PlayerBatch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
         let (trajectories, logits) = self.forward(autocast.input(batch.history));
         let (trajectories, logits) = (autocast.full(trajectories), autocast.full(logits));
-        let agents = logits.dims()[0];
-        // Mean squared displacement of every mode: [N, K].
-        let errors = (trajectories - batch.future.unsqueeze_dim::<4>(1))
-            .powi_scalar(2)
-            .sum_dim(3)
-            .mean_dim(2)
-            .reshape([agents, MODES]);
-        let best = errors.clone().detach().argmin(1);
-        let regression = errors.gather(1, best.clone()).mean();
-        let classification = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits, best.reshape([agents]));
-        StepOutput::new(regression + classification.mul_scalar(0.5), ())
+        StepOutput::new(winner_takes_all(trajectories, logits, batch.future), ())
+    }
+}
+
+/// The training loss: the closest mode's mean squared displacement, plus half the
+/// cross-entropy of the scores against that mode. `[1]`.
+pub fn winner_takes_all<B: Backend>(
+    trajectories: Tensor<B, 4>,
+    logits: Tensor<B, 2>,
+    future: Tensor<B, 3>,
+) -> Tensor<B, 1> {
+    let agents = logits.dims()[0];
+    // Mean squared displacement of every mode: [N, K].
+    let errors = (trajectories - future.unsqueeze_dim::<4>(1))
+        .powi_scalar(2)
+        .sum_dim(3)
+        .mean_dim(2)
+        .reshape([agents, MODES]);
+    let best = errors.clone().detach().argmin(1);
+    let regression = errors.gather(1, best.clone()).mean();
+    let classification = CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, best.reshape([agents]));
+    regression + classification.mul_scalar(0.5)
+}
+
+impl<B: Backend> Forecaster<B> {
+    /// The training loss of a batch in f32, for a hand-written loop (see `plain_loop.rs`).
+    pub fn loss(&self, batch: PlayerBatch<B>) -> Tensor<B, 1> {
+        let (trajectories, logits) = self.forward(batch.history);
+        winner_takes_all(trajectories, logits, batch.future)
+    }
+
+    /// K forecasts with softmax probabilities in f32, for a hand-written loop's validation.
+    pub fn predict(&self, batch: PlayerBatch<B>) -> TensorTrajectoryBatch<B> {
+        InferenceStep::step(self, batch, &Autocast::new(kiln::train::Precision::F32))
     }
 }
 
