@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds every binary benches/gpu/run.sh needs on a GPU machine without Rust, strips and
+# compresses them into an ignored folder, and checks that they fit the 64 MiB a run carries.
+#
+#   benches/gpu/pack.sh                 # into .gpu/bin (ignored by git)
+#   PACK_DIR=/tmp/gpu benches/gpu/pack.sh
+#
+# Release builds with the `cuda` and `wgpu` features: the quickstart, doctor,
+# metrics_throughput, diagnose and find_batch_size examples and kiln-train's `trainer` test
+# binary (its `cuda` tests run with `--ignored`). cudarc, Burn 0.21's CUDA layer, binds the CUDA
+# API of the version it reads from `nvcc` at build time and falls back to a version newer than
+# most drivers without one: CUDARC_CUDA_VERSION (default 13000, CUDA 13.0) names the driver's.
+# Nothing CUDA is needed to build (libcuda and NVRTC are loaded at run time). Cold, on 2 cores:
+# about 40 minutes. The binaries run here too (flex, lavapipe): `run.sh --dry-run` uses them.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+PACK_DIR=${PACK_DIR:-.gpu/bin}
+LIMIT_MB=${LIMIT_MB:-60}
+export CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/kiln-target}
+EXAMPLES=(quickstart doctor metrics_throughput diagnose find_batch_size)
+
+build() {
+  local args=()
+  for example in "${EXAMPLES[@]}"; do args+=(--example "$example"); done
+  # One invocation, so Burn is built once with the union of the features.
+  cargo build --release --locked -p kiln -p kiln-train --features cuda,wgpu "${args[@]}" \
+    --test trainer --message-format=json-render-diagnostics >"$1"
+}
+
+mkdir -p "$PACK_DIR"
+messages=$(mktemp)
+trap 'rm -f "$messages"' EXIT
+echo "== building (CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION) into $CARGO_TARGET_DIR"
+build "$messages"
+
+# The executables cargo reports, by target name (the test binary's name carries a hash).
+python3 - "$messages" >"$messages.list" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        message = json.loads(line)
+    except ValueError:
+        continue
+    if message.get("reason") == "compiler-artifact" and message.get("executable"):
+        print(message["target"]["name"], message["executable"])
+PY
+rm -f "$PACK_DIR"/*.xz
+while read -r name path; do
+  echo "   packing $name ($(du -h "$path" | cut -f1))"
+  strip -o "$PACK_DIR/$name" "$path"
+  xz -6 -T0 -f "$PACK_DIR/$name"
+done <"$messages.list"
+rm -f "$messages.list"
+# The Vulkan loader and the GL dispatch libraries NVIDIA's Vulkan driver loads through, for a GPU
+# machine that may lack them (its driver brings the ICD itself). Unpacked by run.sh.
+DEBS=(libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2)
+if ! ls "$PACK_DIR"/*.deb >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+  lists=$(mktemp -d)
+  mkdir -p "$lists/partial"
+  apt_options=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 "-oDir::State::Lists=$lists")
+  if ! { apt-get "${apt_options[@]}" update -qq >/dev/null 2>&1 &&
+    (cd "$PACK_DIR" && apt-get "${apt_options[@]}" download "${DEBS[@]}" >/dev/null 2>&1); }; then
+    echo "   (${DEBS[*]} could not be downloaded: the wgpu step needs a Vulkan loader there)"
+  fi
+  rm -rf "$lists"
+fi
+total_kb=$(du -sk "$PACK_DIR" | cut -f1)
+ls -la "$PACK_DIR"
+echo "== $PACK_DIR: $((total_kb / 1024)) MiB (limit $LIMIT_MB MiB)"
+if [ "$total_kb" -gt $((LIMIT_MB * 1024)) ]; then
+  echo "too large to carry: drop an example from EXAMPLES or compress harder" >&2
+  exit 1
+fi

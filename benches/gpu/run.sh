@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# kiln on a GPU machine in one go: every step with its own deadline, so a hang costs one step.
+#
+#   benches/gpu/run.sh --out DIR             # on the GPU machine, with binaries from pack.sh
+#   benches/gpu/run.sh --dry-run --out DIR   # here: the same steps on flex (and lavapipe) at
+#                                            # tiny sizes; how this script is tested
+#
+# Options: --bin DIR (packed binaries, default .gpu/bin), --cache PATH (an earlier run's
+# `cache.tar.xz`, or a folder: kiln's kernel cache, to start warm), --budget SECONDS
+# (default 450: a step that would end later is skipped and reported as such), --python PATH (the
+# PyTorch peer's interpreter, default python3), --only A,B,... (run only these steps; `data` is
+# needed by every training step).
+#
+# Steps, in order of importance: doctor; the quickstart on CUDA in bf16 (cold caches: time to
+# first step), again (warm), in f32 without the profiler and as a plain Burn loop (kiln's step
+# against Burn's); the PyTorch peer (`torch_quickstart.py`, DataLoader and GPU-resident); the
+# `cuda` trainer tests; the quickstart on Vulkan in f16; metrics_throughput, diagnose and
+# find_batch_size on CUDA. While a step runs, a watcher writes every 10 s what its process is
+# doing (per-thread state, CPU time and kernel wait channel, GPU utilization, the last kernel
+# compiled): compiling and tuning tells itself apart from a stall.
+#
+# Writes DIR/gpu.json (keys: device, time_to_first_step_s, kiln_step_ms, plain_burn_step_ms,
+# quickstart_min_ade, torch_min_ade, torch_seconds, cuda_tests_passed, cuda_tests_failed, null
+# where a part did not run; then the rest, per step), DIR/logs.tar.xz (every step's output and
+# watch log, the JSON of each) and DIR/cache.tar.xz (the kernel cache, to carry into the next run).
+set -uo pipefail
+
+cd "$(dirname "$0")/../.."
+REPO=$(pwd)
+OUT="" BIN=.gpu/bin DRY=0 BUDGET=450 CACHE="" PYTHON=${PYTHON:-python3} ONLY=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=$2; shift 2 ;;
+    --bin) BIN=$2; shift 2 ;;
+    --cache) CACHE=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
+    --python) PYTHON=$2; shift 2 ;;
+    --only) ONLY=",$2,"; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$OUT" ] || { echo "--out DIR is required" >&2; exit 2; }
+mkdir -p "$OUT"
+OUT=$(realpath "$OUT")
+WORK=$(mktemp -d)
+LOGS="$WORK/logs"
+mkdir -p "$LOGS" "$WORK/bin"
+START=$SECONDS
+
+# ---------------------------------------------------------------------------------------------
+# The machine: binaries, CUDA's run-time libraries, the Vulkan loader, kiln's cache.
+for packed in "$BIN"/*; do
+  case "$packed" in
+    *.xz) xz -dc "$packed" >"$WORK/bin/$(basename "$packed" .xz)" ;;
+    *.deb) ;;
+    *) cp "$packed" "$WORK/bin/" ;;
+  esac
+done
+chmod +x "$WORK"/bin/* 2>/dev/null
+[ -x "$WORK/bin/quickstart" ] || { echo "no quickstart binary in $BIN: run benches/gpu/pack.sh" >&2; exit 1; }
+if [ "$DRY" = 0 ]; then
+  # NVRTC for the CUDA kernels; never a stubs/ folder (its libcuda.so is a stub).
+  for dir in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/targets/x86_64-linux/lib; do
+    [ -e "$dir/libnvrtc.so" ] || ls "$dir"/libnvrtc.so.* >/dev/null 2>&1 || continue
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    break
+  done
+  # The Vulkan loader and GL dispatch libraries pack.sh brought (never over what is there).
+  for deb in "$BIN"/*.deb; do
+    [ -f "$deb" ] || continue
+    library=$(basename "$deb" | cut -d_ -f1)
+    ldconfig -p | grep -q "^\s*${library%[0-9]}" || dpkg -x "$deb" /
+  done
+  ldconfig
+  for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json \
+    /usr/share/vulkan/icd.d/nvidia_icd.json; do
+    [ -f "$icd" ] && export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$icd} && break
+  done
+  glvnd=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  [ -f "$glvnd" ] && export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-$glvnd}
+  # What the wgpu step will find, for its log.
+  { ldconfig -p | grep -E 'libvulkan|libGLX|libGLdispatch'; echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-}";
+    cat "${VK_DRIVER_FILES:-/dev/null}"; } >"$LOGS/vulkan.txt" 2>&1
+fi
+export KILN_CACHE_DIR=$WORK/kiln-cache
+mkdir -p "$KILN_CACHE_DIR"
+# An earlier run's cache (its cache.tar.xz, or a folder): warm kernels and tuning results.
+if [ -n "$CACHE" ] && [ -f "$CACHE" ]; then
+  tar -C "$KILN_CACHE_DIR" -xJf "$CACHE"
+elif [ -n "$CACHE" ] && [ -d "$CACHE" ]; then
+  cp -r "$CACHE"/. "$KILN_CACHE_DIR"/
+fi
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$WORK}
+
+if [ "$DRY" = 1 ]; then
+  GPU=cpu
+  DATA_SIZE=(--files 6 --players 3072 --valid-players 512)
+  SIZE=(--width 64 --epochs 2 --diagnose-steps 2)
+  TORCH_SIZE=(--epochs 2 --width 64 --device cpu)
+  VULKAN=wgpu
+else
+  GPU=cuda
+  DATA_SIZE=()
+  SIZE=()
+  TORCH_SIZE=(--device cuda)
+  VULKAN=wgpu
+fi
+DATA="$WORK/data"
+
+# ---------------------------------------------------------------------------------------------
+# Steps: `step NAME DEADLINE COMMAND...` runs COMMAND with its output in logs/NAME.log, a watch
+# log in logs/NAME.watch, and a line in logs/steps.tsv (name, status, seconds).
+printf 'step\tstatus\tseconds\n' >"$LOGS/steps.tsv"
+
+watch_process() {
+  local pid=$1 log=$2 started=$SECONDS
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 10
+    kill -0 "$pid" 2>/dev/null || break
+    {
+      echo "== $((SECONDS - started)) s"
+      # Every process of the step (the command and its children), each thread's state, CPU
+      # ticks (user + system) and where the kernel has it waiting.
+      for proc in $(pgrep -g "$(ps -o pgid= -p "$pid" | tr -d ' ')" 2>/dev/null); do
+        [ -d "/proc/$proc" ] || continue
+        echo "-- pid $proc $(tr '\0' ' ' <"/proc/$proc/cmdline" | cut -c1-120)"
+        grep -E '^(State|Threads|VmRSS|voluntary|nonvoluntary)' "/proc/$proc/status" 2>/dev/null | tr '\n' ' '
+        echo
+        for task in /proc/"$proc"/task/*; do
+          stat=$(cat "$task/stat" 2>/dev/null) || continue
+          fields=${stat##*) }
+          read -r state _ _ _ _ _ _ _ _ _ _ utime stime _ <<<"$fields"
+          printf '   %-16s %s cpu=%s wchan=%s\n' "$(cat "$task/comm" 2>/dev/null)" "$state" \
+            "$((utime + stime))" "$(cat "$task/wchan" 2>/dev/null)"
+        done
+      done
+      if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null |
+          sed 's/^/gpu: /'
+      fi
+      [ -f "$KILN_CACHE_DIR/cubecl/kernels.log" ] &&
+        echo "kernels.log: $(wc -l <"$KILN_CACHE_DIR/cubecl/kernels.log") lines, last: $(tail -n1 "$KILN_CACHE_DIR/cubecl/kernels.log" | cut -c1-160)"
+    } >>"$log" 2>&1
+  done
+}
+
+step() {
+  local name=$1 deadline=$2
+  shift 2
+  if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then
+    return 1
+  fi
+  local left=$((BUDGET - (SECONDS - START)))
+  if [ "$left" -lt 20 ]; then
+    echo "-- $name: skipped (${left} s of the budget left)"
+    printf '%s\tskipped\t0\n' "$name" >>"$LOGS/steps.tsv"
+    return 1
+  fi
+  [ "$deadline" -gt "$left" ] && deadline=$left
+  echo "-- $name (deadline ${deadline} s): $*"
+  local started=$SECONDS
+  # Its own process group, so the watcher sees every process of the step and a timeout ends all.
+  setsid timeout -k 5 "$deadline" "$@" >"$LOGS/$name.log" 2>&1 &
+  local pid=$!
+  watch_process "$pid" "$LOGS/$name.watch" &
+  local watcher=$!
+  wait "$pid"
+  local status=$?
+  kill "$watcher" 2>/dev/null
+  wait "$watcher" 2>/dev/null
+  local took=$((SECONDS - started)) verdict=ok
+  [ "$status" = 0 ] || verdict="exit $status"
+  [ "$status" = 124 ] || [ "$status" = 137 ] && verdict=timeout
+  echo "   $verdict after $took s; last lines:"
+  tail -n 4 "$LOGS/$name.log" | cut -c1-200 | sed 's/^/   | /'
+  printf '%s\t%s\t%s\n' "$name" "$verdict" "$took" >>"$LOGS/steps.tsv"
+  [ "$status" = 0 ]
+}
+
+B=$WORK/bin
+J=$LOGS
+echo "== kiln GPU run ($([ "$DRY" = 1 ] && echo "dry run on $GPU" || echo "$GPU")), budget $BUDGET s, kernel cache $KILN_CACHE_DIR"
+step doctor 30 "$B/doctor" --json "$J/doctor.json"
+
+# The dataset every later step reads, written by a short run on the CPU (flex).
+step data 60 "$B/quickstart" --device cpu --epochs 1 --diagnose-steps 0 --width 64 \
+  --dir "$DATA" "${DATA_SIZE[@]}" --json "$J/data.json"
+
+# The PyTorch peer on the same files: cheap and certain, so before the steps that may hang.
+if "$PYTHON" -c 'import torch, pyarrow' 2>/dev/null; then
+  step torch_dataloader_bf16 90 "$PYTHON" benches/gpu/torch_quickstart.py --dir "$DATA" \
+    --variant dataloader --precision bf16 "${TORCH_SIZE[@]}" --json "$J/torch_dataloader_bf16.json"
+  step torch_resident_bf16 90 "$PYTHON" benches/gpu/torch_quickstart.py --dir "$DATA" \
+    --variant resident --precision bf16 "${TORCH_SIZE[@]}" --json "$J/torch_resident_bf16.json"
+else
+  echo "-- torch: skipped ($PYTHON has no torch and pyarrow)"
+fi
+
+# The quickstart in bf16 with the profiler, cold: the time to first step of a first run.
+step quickstart_bf16_cold 210 "$B/quickstart" --device "$GPU" --precision bf16 --dir "$DATA" \
+  "${SIZE[@]}" --json "$J/quickstart_bf16_cold.json"
+# Again with the caches warm: what a user sees from the second run on.
+step quickstart_bf16 90 "$B/quickstart" --device "$GPU" --precision bf16 --dir "$DATA" \
+  "${SIZE[@]}" --json "$J/quickstart_bf16.json"
+# kiln's trainer against a hand-written Burn loop: same model, batches, f32, no profiler.
+step kiln_f32 150 "$B/quickstart" --device "$GPU" --no-profile --dir "$DATA" "${SIZE[@]}" \
+  --json "$J/kiln_f32.json"
+step plain_burn_f32 90 "$B/quickstart" --device "$GPU" --trainer plain-burn --no-profile \
+  --dir "$DATA" "${SIZE[@]}" --json "$J/plain_burn_f32.json"
+
+# The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present).
+if [ "$DRY" = 0 ] || ldconfig -p | grep -q 'libvulkan\.so\.1'; then
+  step quickstart_wgpu_f16 150 "$B/quickstart" --device "$VULKAN" --precision f16 --dir "$DATA" \
+    "${SIZE[@]}" --json "$J/quickstart_wgpu_f16.json"
+fi
+
+# The `cuda` trainer tests (ignored without a driver; here only listed). They make their devices
+# without kiln's settings, so a cubecl.toml in their working folder puts their kernel and tuning
+# caches with the others.
+mkdir -p "$WORK/tests"
+cat >"$WORK/tests/cubecl.toml" <<TOML
+[autotune]
+cache = { file = "$KILN_CACHE_DIR/cubecl" }
+[compilation]
+cache = { file = "$KILN_CACHE_DIR/cubecl/compiled/tests" }
+TOML
+if [ "$DRY" = 1 ]; then
+  step cuda_tests 60 "$B/trainer" --list --ignored cuda::
+else
+  (cd "$WORK/tests" && step cuda_tests 150 "$B/trainer" --ignored --test-threads 4 cuda::)
+fi
+step metrics_throughput 60 "$B/metrics_throughput" --device "$GPU" \
+  $([ "$DRY" = 1 ] && echo --n 20000) --json "$J/metrics_throughput.json"
+step diagnose 90 "$B/diagnose" --device "$GPU" --json "$J/diagnose.json"
+step find_batch_size 90 "$B/find_batch_size" --device "$GPU" --json "$J/find_batch_size.json"
+
+# ---------------------------------------------------------------------------------------------
+# gpu.json from the steps' own JSON.
+python3 - "$LOGS" "$OUT/gpu.json" "$DRY" <<'PY'
+import json, os, re, subprocess, sys
+logs, out, dry = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+
+def load(name):
+    try:
+        return json.load(open(os.path.join(logs, name + ".json")))
+    except (OSError, ValueError):
+        return None
+
+def get(name, key):
+    figures = load(name)
+    return None if figures is None else figures.get(key)
+
+def device():
+    if dry:
+        return "cpu (flex), dry run"
+    try:
+        name, driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20).stdout.strip().split("\n")[0].split(", ")
+        return f"{name} (driver {driver})"
+    except Exception:
+        return get("doctor", "device") or None
+
+def tests():
+    try:
+        text = open(os.path.join(logs, "cuda_tests.log")).read()
+    except OSError:
+        return None, None
+    if dry:
+        return None, None
+    results = re.findall(r"test result: \w+\. (\d+) passed; (\d+) failed", text)
+    if results:
+        return int(results[-1][0]), int(results[-1][1])
+    # No summary: the run hung or crashed; count what finished.
+    passed = len(re.findall(r"\.\.\. ok$", text, re.M))
+    failed = len(re.findall(r"\.\.\. FAILED$", text, re.M))
+    return passed, failed + 1
+
+steps = []
+for line in open(os.path.join(logs, "steps.tsv")).read().splitlines()[1:]:
+    name, status, seconds = line.split("\t")
+    steps.append({"step": name, "status": status, "seconds": int(seconds)})
+passed, failed = tests()
+figures = {
+    "device": device(),
+    "time_to_first_step_s": get("quickstart_bf16_cold", "time_to_first_step_s"),
+    "kiln_step_ms": get("kiln_f32", "step_ms"),
+    "plain_burn_step_ms": get("plain_burn_f32", "step_ms"),
+    "quickstart_min_ade": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
+    "torch_min_ade": get("torch_dataloader_bf16", "min_ade"),
+    "torch_seconds": get("torch_dataloader_bf16", "seconds"),
+    "cuda_tests_passed": passed,
+    "cuda_tests_failed": failed,
+    "dry_run": dry,
+    "time_to_first_step_warm_s": get("quickstart_bf16", "time_to_first_step_s"),
+    "quickstart_seconds": get("quickstart_bf16", "seconds"),
+    "torch_resident_seconds": get("torch_resident_bf16", "seconds"),
+    "torch_resident_min_ade": get("torch_resident_bf16", "min_ade"),
+    "min_ade_by_precision": {
+        "f32": get("kiln_f32", "min_ade"),
+        "bf16": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
+        "f16_wgpu": get("quickstart_wgpu_f16", "min_ade"),
+        "plain_burn_f32": get("plain_burn_f32", "min_ade"),
+        "torch_bf16": get("torch_dataloader_bf16", "min_ade"),
+    },
+    "wgpu_f16_seconds": get("quickstart_wgpu_f16", "seconds"),
+    "steps": steps,
+}
+json.dump(figures, open(out, "w"), indent=2)
+print(json.dumps({k: v for k, v in figures.items() if k != "steps"}, indent=2))
+PY
+
+# ---------------------------------------------------------------------------------------------
+# What comes back: the logs and the kernel cache, compressed.
+cp "$KILN_CACHE_DIR/cubecl/kernels.log" "$LOGS/" 2>/dev/null
+tar -C "$WORK" -cJf "$OUT/logs.tar.xz" logs
+tar -C "$KILN_CACHE_DIR" -cJf "$OUT/cache.tar.xz" . 2>/dev/null
+echo "== done in $((SECONDS - START)) s: $OUT/gpu.json, logs.tar.xz, cache.tar.xz"
+column -t -s $'\t' "$LOGS/steps.tsv" 2>/dev/null || cat "$LOGS/steps.tsv"
+rm -rf "$WORK"
