@@ -229,7 +229,9 @@ TOML
 if [ "$DRY" = 1 ]; then
   step cuda_tests 60 "$B/trainer" --list --ignored cuda::
 else
-  (cd "$WORK/tests" && step cuda_tests 150 "$B/trainer" --ignored --test-threads 4 cuda::)
+  # --nocapture: a failure's message is printed when it happens, not after the last test (which a
+  # deadline may never reach).
+  (cd "$WORK/tests" && step cuda_tests 240 "$B/trainer" --ignored --nocapture --test-threads 4 cuda::)
 fi
 step metrics_throughput 60 "$B/metrics_throughput" --device "$GPU" \
   $([ "$DRY" = 1 ] && echo --n 20000) --json "$J/metrics_throughput.json"
