@@ -56,7 +56,9 @@ where
         let notice = (notice > 0.0).then(|| Duration::from_secs_f64(notice));
         self.time_to_first_step = None;
         self.first_step_after = self.counters.optimizer_steps;
-        let watch = FirstStepWatch::start(notice, format!("{:?}", self.device));
+        // The backend's name says what the device's Debug form does not (`Cpu` is lavapipe on wgpu).
+        let device = format!("{} {:?}", B::name(&self.device), self.device);
+        let watch = FirstStepWatch::start(notice, device);
         self.observers.watch_first_step(watch);
         let result = self.fit_epochs(data, on_epoch_end);
         // Stops the watcher on every path, errors included.
