@@ -320,17 +320,13 @@ pub enum SelectError {
 /// When it picks a GPU, it makes [`GpuTuning::from_env`] CubeCL's settings (cache directory,
 /// autotune level, kernel log) unless settings were applied before.
 pub fn select(preference: DevicePreference) -> Result<Selection, SelectError> {
-    let selection = choose(preference)?;
-    let device = match &selection {
-        Selection::Cpu { .. } => None,
-        Selection::Cuda { .. } => Some(match cuda_status() {
-            CudaStatus::Available { name, .. } => format!("cuda {name}"),
-            CudaStatus::Unavailable { .. } => "cuda".to_owned(),
-        }),
-        Selection::Wgpu { adapter, .. } => Some(format!("vulkan {adapter}")),
-    };
-    if let Some(device) = device {
-        match GpuTuning::from_env().for_device(&device).apply() {
+    let (selection, gpu_model) = choose(preference)?;
+    if let Some(model) = gpu_model {
+        let applied = GpuTuning::from_env()
+            .map_err(SelectError::GpuTuning)?
+            .for_device(&model)
+            .apply();
+        match applied {
             // Applied now, or by the user before: either way the GPU runs with kiln's choice.
             Ok(_) | Err(GpuTuningError::AlreadyConfigured { .. }) => {}
             Err(error) => return Err(SelectError::GpuTuning(error)),
@@ -339,37 +335,45 @@ pub fn select(preference: DevicePreference) -> Result<Selection, SelectError> {
     Ok(selection)
 }
 
-/// The choice of [`select`], before any setting is applied.
-fn choose(preference: DevicePreference) -> Result<Selection, SelectError> {
+/// The choice of [`select`], before any setting is applied, with the chosen GPU's model (what
+/// its compiled kernels are kept under), from the probe that found it.
+fn choose(preference: DevicePreference) -> Result<(Selection, Option<String>), SelectError> {
+    let on_cuda = |name: String| (Selection::Cuda { index: 0 }, Some(format!("cuda {name}")));
+    let on_wgpu = |adapter: String, kind, reason: String| {
+        let model = Some(format!("vulkan {adapter}"));
+        let selection = Selection::Wgpu {
+            adapter,
+            kind,
+            reason,
+        };
+        (selection, model)
+    };
     match preference {
         // Answered without probing: the CPU needs no driver, and `cuInit` can take seconds.
-        DevicePreference::Cpu => Ok(Selection::Cpu {
-            reason: "requested".to_owned(),
-        }),
+        DevicePreference::Cpu => Ok((
+            Selection::Cpu {
+                reason: "requested".to_owned(),
+            },
+            None,
+        )),
         DevicePreference::Cuda => match cuda_status() {
-            CudaStatus::Available { .. } => Ok(Selection::Cuda { index: 0 }),
+            CudaStatus::Available { name, .. } => Ok(on_cuda(name)),
             CudaStatus::Unavailable { reason } => Err(SelectError::CudaUnavailable { reason }),
         },
         DevicePreference::Wgpu => match vulkan_status() {
-            VulkanStatus::Available { adapter, kind } => Ok(Selection::Wgpu {
-                adapter,
-                kind,
-                reason: "requested".to_owned(),
-            }),
+            VulkanStatus::Available { adapter, kind } => {
+                Ok(on_wgpu(adapter, kind, "requested".to_owned()))
+            }
             VulkanStatus::Unavailable { reason } => Err(SelectError::WgpuUnavailable { reason }),
         },
         DevicePreference::Auto => {
-            let cuda = match cuda_status() {
-                CudaStatus::Available { .. } => return Ok(Selection::Cuda { index: 0 }),
+            let no_cuda = match cuda_status() {
+                CudaStatus::Available { name, .. } => return Ok(on_cuda(name)),
                 CudaStatus::Unavailable { reason } => reason,
             };
             let vulkan = match vulkan_status() {
                 VulkanStatus::Available { adapter, kind } if kind != AdapterKind::Software => {
-                    return Ok(Selection::Wgpu {
-                        adapter,
-                        kind,
-                        reason: format!("no CUDA: {cuda}"),
-                    });
+                    return Ok(on_wgpu(adapter, kind, format!("no CUDA: {no_cuda}")));
                 }
                 VulkanStatus::Available { adapter, .. } => format!(
                     "only a software Vulkan adapter ({adapter}), slower than flex on the same \
@@ -377,9 +381,8 @@ fn choose(preference: DevicePreference) -> Result<Selection, SelectError> {
                 ),
                 VulkanStatus::Unavailable { reason } => reason,
             };
-            Ok(Selection::Cpu {
-                reason: format!("no CUDA: {cuda}; no Vulkan GPU: {vulkan}"),
-            })
+            let reason = format!("no CUDA: {no_cuda}; no Vulkan GPU: {vulkan}");
+            Ok((Selection::Cpu { reason }, None))
         }
     }
 }

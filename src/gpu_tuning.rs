@@ -17,6 +17,7 @@
 //! use kiln::core::AutotuneLevel;
 //!
 //! GpuTuning::from_env()
+//!     .unwrap()
 //!     .with_autotune_level(AutotuneLevel::Minimal)
 //!     .apply()
 //!     .unwrap();
@@ -68,19 +69,19 @@ pub enum GpuTuningError {
 
 impl GpuTuning {
     /// kiln's defaults: the cache root from the environment (see the module docs), CubeCL's
-    /// default autotune level unless `KILN_AUTOTUNE_LEVEL` names one (an unknown name keeps
-    /// the default; [`apply`](Self::apply) reports it), and the kernel log on.
-    pub fn from_env() -> Self {
-        let level = std::env::var("KILN_AUTOTUNE_LEVEL")
-            .ok()
-            .and_then(|text| text.parse().ok())
-            .unwrap_or_default();
-        Self {
+    /// default autotune level unless `KILN_AUTOTUNE_LEVEL` names one, and the kernel log on.
+    /// Fails with [`GpuTuningError::BadLevel`] when `KILN_AUTOTUNE_LEVEL` names no level.
+    pub fn from_env() -> Result<Self, GpuTuningError> {
+        let autotune_level = match std::env::var("KILN_AUTOTUNE_LEVEL") {
+            Ok(text) => text.parse().map_err(GpuTuningError::BadLevel)?,
+            Err(_) => AutotuneLevel::default(),
+        };
+        Ok(Self {
             cache_dir: default_cache_root().join("cubecl"),
-            autotune_level: level,
+            autotune_level,
             kernel_log: true,
             device: None,
-        }
+        })
     }
 
     /// Keeps the compiled kernels of `device` (a GPU model's name, such as `cuda NVIDIA H200`)
@@ -142,10 +143,6 @@ impl GpuTuning {
     /// or tensor exists; a second call, or one after CubeCL read its settings, fails with
     /// [`GpuTuningError::AlreadyConfigured`] and changes nothing.
     pub fn apply(self) -> Result<&'static GpuTuning, GpuTuningError> {
-        if let Ok(text) = std::env::var("KILN_AUTOTUNE_LEVEL") {
-            text.parse::<AutotuneLevel>()
-                .map_err(GpuTuningError::BadLevel)?;
-        }
         if let Some(applied) = APPLIED.get() {
             return Err(GpuTuningError::AlreadyConfigured {
                 by: format!("kiln, with cache {}", applied.cache_dir.display()),
@@ -256,6 +253,7 @@ mod tests {
     #[test]
     fn settings_name_their_parts() {
         let tuning = GpuTuning::from_env()
+            .unwrap()
             .with_cache_dir("/somewhere/kiln")
             .with_autotune_level(AutotuneLevel::Full);
         assert_eq!(tuning.cache_dir(), Path::new("/somewhere/kiln"));
