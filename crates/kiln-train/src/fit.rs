@@ -55,7 +55,6 @@ where
         let notice = self.config.first_step_notice_seconds;
         let notice = (notice > 0.0).then(|| Duration::from_secs_f64(notice));
         self.time_to_first_step = None;
-        self.first_step_after = self.counters.optimizer_steps;
         // The backend's name says what the device's Debug form does not (`Cpu` is lavapipe on wgpu).
         let device = format!("{} {:?}", B::name(&self.device), self.device);
         let watch = FirstStepWatch::start(notice, device);
@@ -96,8 +95,10 @@ where
             if reached_max_steps {
                 break;
             }
-            self.end_epoch()?;
-            self.note_first_step()?;
+            // The flushed last window may be the fit's first step.
+            if self.end_epoch()?.is_some() {
+                self.note_first_step()?;
+            }
             summary.steps = self.counters.optimizer_steps - steps_before;
             summary.elapsed = started.elapsed();
             // After the callback, so what it draws from the host RNG is in the checkpoint.
@@ -115,12 +116,10 @@ where
         })
     }
 
-    /// After the first optimizer step of a `fit`: waits for the device to finish it, records
-    /// the time since `fit` began and tells the observers. Does nothing after that.
+    /// After an optimizer step of a `fit`: when it is the first (the watch still runs), waits
+    /// for the device to finish it, records the time since `fit` began and tells the
+    /// observers. Does nothing after that.
     fn note_first_step(&mut self) -> Result<()> {
-        if self.counters.optimizer_steps == self.first_step_after {
-            return Ok(());
-        }
         let Some(watch) = self.observers.take_first_step() else {
             return Ok(());
         };

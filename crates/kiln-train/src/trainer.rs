@@ -67,8 +67,6 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) membership: Option<Membership>,
     /// The last `fit`'s time from its call to the end of its first optimizer step.
     pub(crate) time_to_first_step: Option<Duration>,
-    /// The optimizer steps counted when the current `fit` began.
-    pub(crate) first_step_after: u64,
 }
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -132,7 +130,6 @@ where
             observers: Observers::new(config.sync_phase_timing),
             membership: None,
             time_to_first_step: None,
-            first_step_after: 0,
             config,
             device,
         })

@@ -33,8 +33,8 @@ pub(super) struct StepTallies {
 pub(super) struct State {
     /// The steady steps' tallies (the first step of a run taken out once it is known).
     pub(super) tallies: StepTallies,
-    /// The tallies as they were when the open step began, until the first `FirstStep` event:
-    /// restored when it names that step.
+    /// The tallies as they were (empty) when the timer's first step began: restored when a
+    /// `FirstStep` event names that step.
     pub(super) before_open: Option<(u64, StepTallies)>,
     /// The first step of the run: its number and its time from the run's start.
     pub(super) first_step: Option<(u64, Duration)>,
@@ -157,8 +157,9 @@ impl State {
                 if *phase != Phase::Validation
                     && self.current.as_ref().is_none_or(|open| open.step != *step) =>
             {
-                // Until the run's first step is known, remember the tallies without it.
-                if self.first_step.is_none() {
+                // The first step this timer sees may be reported as a run's first: remember the
+                // tallies without it. Only then, so later steps pay nothing.
+                if self.first_step.is_none() && self.tallies.steps.calls == 0 {
                     self.before_open = Some((*step, self.tallies.clone()));
                 }
                 self.current = Some(OpenStep {
