@@ -99,13 +99,11 @@ if [ "$DRY" = 1 ]; then
   DATA_SIZE=(--files 6 --players 3072 --valid-players 512)
   SIZE=(--width 64 --epochs 2 --diagnose-steps 2)
   TORCH_SIZE=(--epochs 2 --width 64 --device cpu)
-  VULKAN=wgpu
 else
   GPU=cuda
   DATA_SIZE=()
   SIZE=()
   TORCH_SIZE=(--device cuda)
-  VULKAN=wgpu
 fi
 DATA="$WORK/data"
 
@@ -212,7 +210,7 @@ step plain_burn_f32 90 "$B/quickstart" --device "$GPU" --trainer plain-burn --no
 
 # The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present).
 if [ "$DRY" = 0 ] || ldconfig -p | grep -q 'libvulkan\.so\.1'; then
-  step quickstart_wgpu_f16 150 "$B/quickstart" --device "$VULKAN" --precision f16 --dir "$DATA" \
+  step quickstart_wgpu_f16 150 "$B/quickstart" --device wgpu --precision f16 --dir "$DATA" \
     "${SIZE[@]}" --json "$J/quickstart_wgpu_f16.json"
 fi
 

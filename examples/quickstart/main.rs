@@ -43,7 +43,7 @@ use kiln::data::{BurnCollate, LoaderConfig, ParquetSource};
 use kiln::metrics::MetricsConfig;
 use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
 use kiln::train::{
-    CheckpointConfig, GradientClipping, Precision, ProgressObserver, TrainerConfig,
+    CheckpointConfig, EpochSummary, GradientClipping, Precision, ProgressObserver, TrainerConfig,
     latest_checkpoint,
 };
 
@@ -145,38 +145,27 @@ struct EpochFigures {
     data_wait_fraction: f64,
 }
 
-/// One epoch's figures from its metrics report and timings.
+/// One epoch's figures from what it did (kiln-train's summary, which the plain Burn loop fills
+/// in too) and its validation report.
 fn epoch_figures(
-    epoch: u64,
+    epoch: &EpochSummary,
     train_loss: f64,
     report: &kiln::metrics::MetricReport,
-    elapsed: Duration,
-    samples: u64,
-    waited: Duration,
 ) -> EpochFigures {
     let top = |k| report.horizons[0].at(k);
     let value = |k, pick: fn(&kiln::metrics::TopKReport) -> Option<f64>| {
         top(k).and_then(pick).unwrap_or(f64::NAN)
     };
-    let seconds = elapsed.as_secs_f64();
     EpochFigures {
-        epoch,
+        epoch: epoch.epoch,
         train_loss,
         min_ade: value(MODES, |r| r.min_ade),
         min_fde: value(MODES, |r| r.min_fde),
         miss_rate: value(MODES, |r| r.miss_rate),
         ade_top1: value(1, |r| r.min_ade),
-        train_seconds: seconds,
-        samples_per_s: if seconds > 0.0 {
-            samples as f64 / seconds
-        } else {
-            0.0
-        },
-        data_wait_fraction: if seconds > 0.0 {
-            (waited.as_secs_f64() / seconds).min(1.0)
-        } else {
-            0.0
-        },
+        train_seconds: epoch.elapsed.as_secs_f64(),
+        samples_per_s: epoch.samples_per_second(),
+        data_wait_fraction: epoch.data_wait_fraction(),
     }
 }
 
@@ -365,14 +354,7 @@ impl BackendTask for Quickstart {
                 metrics.reset();
                 let report = trainer.validate(valid_batches.iter().cloned(), &mut metrics)?;
                 let train_loss = trainer.last_loss()?.unwrap_or(f64::NAN);
-                let row = epoch_figures(
-                    epoch.epoch,
-                    train_loss,
-                    &report,
-                    epoch.elapsed,
-                    epoch.samples,
-                    epoch.data_wait,
-                );
+                let row = epoch_figures(epoch, train_loss, &report);
                 progress.suspend(|| println!("{}", epoch_line(&row)));
                 figures.push(row);
                 Ok(())

@@ -18,6 +18,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use kiln::core::Metric;
 use kiln::metrics::{TensorTrajectoryBatch, TrajectoryMetrics};
+use kiln::train::EpochSummary;
 
 use crate::model::{Forecaster, PlayerBatch};
 use crate::{EpochFigures, epoch_figures};
@@ -57,7 +58,7 @@ where
     let mut figures = Vec::new();
     for epoch in 0..epochs {
         let epoch_started = Instant::now();
-        let (mut waited, mut samples) = (Duration::ZERO, 0u64);
+        let (mut waited, mut samples, mut steps) = (Duration::ZERO, 0u64, 0u64);
         let mut last_loss = None;
         let mut batches = open(epoch)?;
         loop {
@@ -67,6 +68,7 @@ where
             let Some(batch) = next else { break };
             let batch = batch.with_context(|| format!("reading a batch of epoch {epoch}"))?;
             samples += batch.history.dims()[0] as u64;
+            steps += 1;
             let loss = model.loss(batch);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(scheduler.step(), model, grads);
@@ -88,14 +90,15 @@ where
         for batch in valid {
             metrics.update(&inference.predict(batch.clone()))?;
         }
-        let row = epoch_figures(
+        let summary = EpochSummary {
             epoch,
-            train_loss,
-            &Metric::<TensorTrajectoryBatch<B::InnerBackend>>::compute(metrics),
-            elapsed,
+            steps,
             samples,
-            waited,
-        );
+            elapsed,
+            data_wait: waited,
+        };
+        let report = Metric::<TensorTrajectoryBatch<B::InnerBackend>>::compute(metrics);
+        let row = epoch_figures(&summary, train_loss, &report);
         on_epoch(&row);
         figures.push(row);
     }
