@@ -1,4 +1,4 @@
-//! What profiling costs: kiln's `Trainer` alone, with kiln-profile's `PhaseTimer` in cheap mode
+//! What profiling costs: kiln's `Trainer` alone, with kiln-ml-profile's `PhaseTimer` in cheap mode
 //! (one device sync per step, every phase of one step in 50 timed with syncs) and in accurate
 //! mode (a sync at every phase), on the same model, data and optimizer.
 //!
@@ -7,7 +7,7 @@
 //! processes hits all alike, and prints the median ratio of each variant to the trainer alone.
 //! The target: cheap mode costs at most 1% of the step.
 //!
-//! The model is kiln-testkit's MLP (256-512-512-16, seeded weights, batch 128, f32, Adam), on
+//! The model is kiln-ml-testkit's MLP (256-512-512-16, seeded weights, batch 128, f32, Adam), on
 //! flex, where a device sync is free: what is measured is the timer's own work (events, locks,
 //! spans). On a GPU the cheap mode's one sync per step also ends the step's overlap with the
 //! next one's host work; measure that with the examples' `--json` figures on the device.
@@ -21,10 +21,10 @@ use burn::optim::AdamConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use criterion::Criterion;
-use kiln::backend::CpuAutodiff;
-use kiln::profile::{Clock, PhaseTimer, TimingMode};
-use kiln::train::{Trainer, TrainerConfig, materialize};
-use kiln_testkit::{Mlp, MlpConfig, RegressionBatch as Batch};
+use kiln_ml::backend::CpuAutodiff;
+use kiln_ml::profile::{Clock, PhaseTimer, TimingMode};
+use kiln_ml::train::{Trainer, TrainerConfig, materialize};
+use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch as Batch};
 
 #[path = "common/interleaved.rs"]
 mod common;

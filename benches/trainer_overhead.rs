@@ -8,7 +8,7 @@
 //! from other processes hits all variants alike, and prints the median ratio of each trainer
 //! variant to the hand-written loop doing the same work.
 //!
-//! The model is kiln-testkit's MLP (256-512-512-16, seeded weights), the one the trainer's
+//! The model is kiln-ml-testkit's MLP (256-512-512-16, seeded weights), the one the trainer's
 //! tests use.
 //!
 //! Run: `cargo bench --bench trainer_overhead` (add `-- --quick` for a short run).
@@ -20,9 +20,9 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use criterion::Criterion;
-use kiln::backend::CpuAutodiff;
-use kiln::train::{Trainer, TrainerConfig, global_grad_norm, materialize};
-use kiln_testkit::{Mlp, MlpConfig, RegressionBatch as Batch};
+use kiln_ml::backend::CpuAutodiff;
+use kiln_ml::train::{Trainer, TrainerConfig, global_grad_norm, materialize};
+use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch as Batch};
 
 #[path = "common/interleaved.rs"]
 mod common;

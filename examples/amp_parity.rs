@@ -12,7 +12,7 @@
 //! `--features wgpu` for a Vulkan GPU). A precision the device cannot run (bf16 on Mesa's
 //! lavapipe) is reported as unsupported (`bf16_supported: false`) and skipped.
 //!
-//! The model, batch and step are defined here rather than taken from kiln-testkit, so the
+//! The model, batch and step are defined here rather than taken from kiln-ml-testkit, so the
 //! example reads on its own.
 //!
 //! Run: `cargo run --release --example amp_parity -- --help`
@@ -29,9 +29,9 @@ use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
-use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::core::{PlainBatches, StepOutcome, StepReport};
-use kiln::train::{
+use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::core::{PlainBatches, StepOutcome, StepReport};
+use kiln_ml::train::{
     Autocast, Precision, ProgressObserver, StepOutput, TrainStep, Trainer, TrainerConfig,
     materialize,
 };

@@ -1,6 +1,6 @@
 //! Data parallelism on Burn's collective: N replicas at batch b follow one device at batch N·b.
 //!
-//! Plans one block-shuffled epoch over a synthetic dataset of many files with kiln-sampler, then
+//! Plans one block-shuffled epoch over a synthetic dataset of many files with kiln-ml-sampler, then
 //! trains the same seeded model twice for the same optimizer steps:
 //!
 //! 1. on one device, with global batches of N·b samples;
@@ -25,11 +25,11 @@ use anyhow::{Context, ensure};
 use burn::optim::SgdConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Parser;
-use kiln::backend::{DevicePreference, DevicesTask, select};
-use kiln::core::{Fingerprint, Layout, PlainBatches, PlanRequest, Sampler, Shard};
-use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
-use kiln::train::{DataParallel, LossScalerConfig, Precision, TrainerConfig};
-use kiln_testkit::{Mlp, MlpConfig, RegressionBatch};
+use kiln_ml::backend::{DevicePreference, DevicesTask, select};
+use kiln_ml::core::{Fingerprint, Layout, PlainBatches, PlanRequest, Sampler, Shard};
+use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
+use kiln_ml::train::{DataParallel, LossScalerConfig, Precision, TrainerConfig};
+use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -73,7 +73,7 @@ const FEATURES: usize = 16;
 /// Rows per file of the synthetic dataset (two blocks of half that each).
 const ROWS_PER_FILE: u64 = 64;
 
-/// The model: kiln-testkit's seeded MLP (FEATURES → width → width → 1, mean squared error), so
+/// The model: kiln-ml-testkit's seeded MLP (FEATURES → width → width → 1, mean squared error), so
 /// every replica and the single run can build any seed's weights on the host.
 fn model<B: Backend>(width: usize, seed: u64, device: &B::Device) -> Mlp<B> {
     MlpConfig::new(FEATURES, &[width, width], 1)
@@ -212,7 +212,7 @@ impl DevicesTask for Compare {
             let device = replica.device().clone();
             let batches = dataset
                 .batches::<B>(args, args.batch, replica.shard(), &device)
-                .map_err(|error| kiln::train::Error::InvalidDataParallel {
+                .map_err(|error| kiln_ml::train::Error::InvalidDataParallel {
                     reason: format!("planning rank {}: {error}", replica.rank()),
                 })?;
             // Every replica but rank 0 starts from other weights: joining replaces them.

@@ -1,6 +1,6 @@
 //! What this machine offers for training, and settings to start from.
 //!
-//! Prints kiln-profile's system report: the CPU and RAM, the NVIDIA GPUs NVML sees, the Vulkan
+//! Prints kiln-ml-profile's system report: the CPU and RAM, the NVIDIA GPUs NVML sees, the Vulkan
 //! adapters wgpu lists (with `--features wgpu`), the Burn backends this binary was built with,
 //! and recommendations (preset, precision, loader workers, how to find the batch size), each
 //! with its reason. A source that cannot be read is reported unavailable, with the reason.
@@ -9,7 +9,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use kiln::profile::{DoctorOptions, doctor};
+use kiln_ml::profile::{DoctorOptions, doctor};
 
 /// Report this machine's CPU, RAM, GPUs and Vulkan adapters, and recommend training settings.
 #[derive(Parser, Debug)]
@@ -20,28 +20,13 @@ struct Args {
     json: Option<std::path::PathBuf>,
 }
 
-/// The Burn backends this binary was built with: flex always, the GPU ones by feature.
-fn compiled_backends() -> Vec<&'static str> {
-    let mut backends = vec!["flex"];
-    if cfg!(feature = "wgpu") {
-        backends.push("wgpu");
-    }
-    if cfg!(feature = "cuda") {
-        backends.push("cuda");
-    }
-    backends
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let report = doctor(&DoctorOptions::new(compiled_backends()));
+    let report = doctor(&DoctorOptions::new(kiln_ml::backend::compiled_backends()));
     print!("{}", report.to_text());
-    #[cfg(feature = "backend")]
-    {
-        // What kiln's own device choice makes of the same machine.
-        let selection = kiln::backend::select(kiln::backend::DevicePreference::Auto)?;
-        println!("\nkiln::backend::select(auto): {selection}");
-    }
+    // What kiln's own device choice makes of the same machine (the same rule as the advice).
+    let selection = kiln_ml::backend::select(kiln_ml::backend::DevicePreference::Auto)?;
+    println!("\nkiln_ml::backend::select(auto): {selection}");
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;

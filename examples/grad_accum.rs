@@ -8,7 +8,7 @@
 //! are not emulated), whose parameters drift away. Each epoch ends with a partial window that kiln divides by its own
 //! size.
 //!
-//! The model, batch and step are defined here rather than taken from kiln-testkit, so the
+//! The model, batch and step are defined here rather than taken from kiln-ml-testkit, so the
 //! example reads on its own.
 //!
 //! Run: `cargo run --release --example grad_accum -- --help`
@@ -21,9 +21,9 @@ use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
-use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::core::PlainBatches;
-use kiln::train::{Autocast, StepOutput, TrainStep, Trainer, TrainerConfig, materialize};
+use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::core::PlainBatches;
+use kiln_ml::train::{Autocast, StepOutput, TrainStep, Trainer, TrainerConfig, materialize};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -22,16 +22,16 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::core::Metric;
-use kiln::metrics::{
+use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::core::Metric;
+use kiln_ml::metrics::{
     BatchShape, MetricReport, MetricsConfig, Parallelism, TensorTrajectoryBatch, TrackState,
     TrajectoryBatch, TrajectoryType,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Measure kiln-metrics' host and tensor paths on seeded synthetic trajectories.
+/// Measure kiln-ml-metrics' host and tensor paths on seeded synthetic trajectories.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {

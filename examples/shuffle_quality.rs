@@ -2,7 +2,7 @@
 //!
 //! Builds a seeded layout of `--files` files holding `--samples` rows in all (uneven file sizes,
 //! each file cut into row groups of at most `--row-group-rows` rows), plans one epoch with each
-//! order and measures it against a uniform permutation (see `kiln::sampler::quality`):
+//! order and measures it against a uniform permutation (see `kiln_ml::sampler::quality`):
 //!
 //! - `sequential`: layout order;
 //! - `file_shuffle`: blocks (row groups) in a Fisher-Yates order, each read whole;
@@ -18,9 +18,9 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use kiln::core::{BlockLayout, Fingerprint, Layout, Plan, PlanRequest, Sampler};
-use kiln::sampler::quality::{self, QualityOptions, QualityReport, Residency, Stretch};
-use kiln::sampler::{BlockShuffleConfig, BlockShuffleSampler, RandomSampler, SequentialSampler};
+use kiln_ml::core::{BlockLayout, Fingerprint, Layout, Plan, PlanRequest, Sampler};
+use kiln_ml::sampler::quality::{self, QualityOptions, QualityReport, Residency, Stretch};
+use kiln_ml::sampler::{BlockShuffleConfig, BlockShuffleSampler, RandomSampler, SequentialSampler};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};

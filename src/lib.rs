@@ -5,20 +5,20 @@
 //!
 //! | feature | module | crate |
 //! |---|---|---|
-//! | `core` | [`core`] | `kiln-core`: the shared traits |
-//! | `backend` | [`backend`] | Burn backend selection (CUDA, a Vulkan GPU, or flex on the CPU) |
-//! | `sampler` | [`sampler`] | `kiln-sampler`: block shuffle, sharding, resume |
-//! | `cache` | [`cache`] | `kiln-cache`: fingerprinted preprocessing caches (disk + RAM) |
-//! | `data` | [`data`] | `kiln-data`: Parquet source, loader (implies `cache`) |
+//! | `core` | [`core`] | `kiln-ml-core`: the shared traits |
+//! | `backend` | [`backend`] | `kiln-ml-device`: Burn device selection (CUDA, a Vulkan GPU, or flex on the CPU) |
+//! | `sampler` | [`sampler`] | `kiln-ml-sampler`: block shuffle, sharding, resume |
+//! | `cache` | [`cache`] | `kiln-ml-cache`: fingerprinted preprocessing caches (disk + RAM) |
+//! | `data` | [`data`] | `kiln-ml-data`: Parquet source, loader (implies `cache`) |
 //! | `codecs` | — | the Parquet codecs `snappy`, `zstd`, `lz4`, `gzip`, `brotli` (each a feature) |
-//! | `train` | [`train`] | `kiln-train`: the training loop |
-//! | `metrics` | [`metrics`] | `kiln-metrics`: trajectory metrics |
-//! | `profile` | [`profile`] | `kiln-profile`: phase timing, device monitor, batch-size finder, verdicts, MFU |
+//! | `train` | [`train`] | `kiln-ml-train`: the training loop |
+//! | `metrics` | [`metrics`] | `kiln-ml-metrics`: trajectory metrics |
+//! | `profile` | [`profile`] | `kiln-ml-profile`: phase timing, device monitor, batch-size finder, verdicts, MFU |
 //! | `cuda` | — | Burn's CUDA backend with fusion and autotune |
 //! | `wgpu` | — | Burn's wgpu backend on Vulkan with fusion and autotune (GPUs, or lavapipe on the CPU) |
 //!
 //! ```
-//! use kiln::core::{BlockLayout, Fingerprint, Layout};
+//! use kiln_ml::core::{BlockLayout, Fingerprint, Layout};
 //!
 //! let mut builder = Layout::builder();
 //! builder.add_file(Fingerprint::of_bytes(b"events-000.parquet"), &[1024, 1024, 512]);
@@ -26,21 +26,19 @@
 //! assert_eq!(layout.num_samples(), 2560);
 //! ```
 
-#[cfg(feature = "backend")]
-pub mod backend;
-#[cfg(feature = "backend")]
-mod gpu_tuning;
 #[cfg(feature = "cache")]
-pub use kiln_cache as cache;
+pub use kiln_ml_cache as cache;
 #[cfg(feature = "core")]
-pub use kiln_core as core;
+pub use kiln_ml_core as core;
 #[cfg(feature = "data")]
-pub use kiln_data as data;
+pub use kiln_ml_data as data;
+#[cfg(feature = "backend")]
+pub use kiln_ml_device as backend;
 #[cfg(feature = "metrics")]
-pub use kiln_metrics as metrics;
+pub use kiln_ml_metrics as metrics;
 #[cfg(feature = "profile")]
-pub use kiln_profile as profile;
+pub use kiln_ml_profile as profile;
 #[cfg(feature = "sampler")]
-pub use kiln_sampler as sampler;
+pub use kiln_ml_sampler as sampler;
 #[cfg(feature = "train")]
-pub use kiln_train as train;
+pub use kiln_ml_train as train;

@@ -5,12 +5,12 @@
 use std::sync::Mutex;
 
 use burn::optim::SgdConfig;
-use kiln::backend::CpuAutodiff;
-use kiln::core::{PlanRequest, Position, PositionedBatches, Shard};
-use kiln::data::{LoaderConfig, collate_fn};
-use kiln::sampler::{BlockShuffleConfig, RemainderPolicy};
-use kiln::train::{CheckpointConfig, DataParallel, Trainer, TrainerConfig, latest_checkpoint};
-use kiln_testkit::{MemorySource, Mlp, MlpConfig, RegressionBatch, TEACHER_INPUTS};
+use kiln_ml::backend::CpuAutodiff;
+use kiln_ml::core::{PlanRequest, Position, PositionedBatches, Shard};
+use kiln_ml::data::{LoaderConfig, collate_fn};
+use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy};
+use kiln_ml::train::{CheckpointConfig, DataParallel, Trainer, TrainerConfig, latest_checkpoint};
+use kiln_ml_testkit::{MemorySource, Mlp, MlpConfig, RegressionBatch, TEACHER_INPUTS};
 
 type B = CpuAutodiff;
 
@@ -83,7 +83,7 @@ where
     fn last_batch_samples(&self) -> u64 {
         self.batches.last_batch_samples()
     }
-    fn data_key(&self) -> Option<kiln::core::Fingerprint> {
+    fn data_key(&self) -> Option<kiln_ml::core::Fingerprint> {
         self.batches.data_key()
     }
 }

@@ -1,4 +1,4 @@
-//! Exact resume through `fit` over kiln-data epochs: the trainer saves the position the
+//! Exact resume through `fit` over kiln-ml-data epochs: the trainer saves the position the
 //! loader's epoch reports, so a run interrupted mid-epoch, or right after an epoch's last batch,
 //! continues bit for bit, with every end-of-epoch callback run exactly once; and a checkpoint
 //! resumed onto other data is refused.
@@ -6,12 +6,12 @@
 use std::cell::RefCell;
 
 use burn::optim::SgdConfig;
-use kiln::backend::CpuAutodiff;
-use kiln::core::{PlanRequest, Position, Sampler};
-use kiln::data::{LoaderConfig, collate_fn};
-use kiln::sampler::{BlockShuffleConfig, RemainderPolicy};
-use kiln::train::{Trainer, TrainerConfig};
-use kiln_testkit::{MemorySource, Mlp, MlpConfig, RegressionBatch, TEACHER_INPUTS};
+use kiln_ml::backend::CpuAutodiff;
+use kiln_ml::core::{PlanRequest, Position, Sampler};
+use kiln_ml::data::{LoaderConfig, collate_fn};
+use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy};
+use kiln_ml::train::{Trainer, TrainerConfig};
+use kiln_ml_testkit::{MemorySource, Mlp, MlpConfig, RegressionBatch, TEACHER_INPUTS};
 
 type B = CpuAutodiff;
 
@@ -81,7 +81,7 @@ fn run(
 fn try_run(
     trainer: &mut Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, f64>,
     data: Data,
-) -> Result<(Vec<u64>, Vec<u64>), kiln::train::Error> {
+) -> Result<(Vec<u64>, Vec<u64>), kiln_ml::train::Error> {
     let source = if data.extra_file {
         MemorySource::with_ids(&[&[6, 6], &[10, 4], &[8, 6], &[4]])
     } else {
@@ -205,7 +205,7 @@ fn fit_refuses_to_resume_onto_other_data() {
         resumed.load_checkpoint(&path).unwrap();
         let error = try_run(&mut resumed, data).unwrap_err();
         assert!(
-            matches!(error, kiln::train::Error::DataChanged { epoch: 1, .. }),
+            matches!(error, kiln_ml::train::Error::DataChanged { epoch: 1, .. }),
             "{error}"
         );
         assert_eq!(resumed.counters().optimizer_steps, 7, "nothing trained");

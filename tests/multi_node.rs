@@ -3,7 +3,7 @@
 //! both processes, bound them in time and stop them.
 //!
 //! burn-collective 0.21's global level completes one operation per registration and hangs in
-//! the next, so kiln runs one session per operation across nodes (kiln-train's `collective.rs`);
+//! the next, so kiln runs one session per operation across nodes (kiln-ml-train's `collective.rs`);
 //! 20 optimizer steps here are some 20 sessions.
 
 use std::io::Read;
@@ -14,10 +14,10 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use burn::optim::SgdConfig;
-use kiln::backend::CpuAutodiff;
-use kiln::core::PlainBatches;
-use kiln::train::{DataParallel, TrainerConfig};
-use kiln_testkit::{MlpConfig, RegressionBatch, TEACHER_INPUTS, teacher_rows};
+use kiln_ml::backend::CpuAutodiff;
+use kiln_ml::core::PlainBatches;
+use kiln_ml::train::{DataParallel, TrainerConfig};
+use kiln_ml_testkit::{MlpConfig, RegressionBatch, TEACHER_INPUTS, teacher_rows};
 
 type B = CpuAutodiff;
 
@@ -50,9 +50,9 @@ fn batches(offset: usize, rows: usize) -> Vec<RegressionBatch<B>> {
 /// Trains on `batches` with SGD from the seeded model, joined to `replica` if given.
 fn train(
     batches: Vec<RegressionBatch<B>>,
-    replica: Option<&kiln::train::Replica<burn::tensor::Device<B>>>,
+    replica: Option<&kiln_ml::train::Replica<burn::tensor::Device<B>>>,
     seed: u64,
-) -> kiln::train::Result<Vec<f32>> {
+) -> kiln_ml::train::Result<Vec<f32>> {
     let model = MlpConfig::new(TEACHER_INPUTS, &[8], 1)
         .with_seed(seed)
         .init(&Default::default());

@@ -6,7 +6,7 @@
 #   PACK_DIR=/tmp/gpu benches/gpu/pack.sh
 #
 # Release builds with the `cuda` and `wgpu` features: the quickstart, doctor,
-# metrics_throughput, diagnose and find_batch_size examples and kiln-train's `trainer` test
+# metrics_throughput, diagnose and find_batch_size examples and kiln-ml-train's `trainer` test
 # binary (its `cuda` tests run with `--ignored`). cudarc, Burn 0.21's CUDA layer, binds the CUDA
 # API of the version it reads from `nvcc` at build time and falls back to a version newer than
 # most drivers without one: CUDARC_CUDA_VERSION (default 13000, CUDA 13.0) names the driver's.
@@ -25,7 +25,7 @@ build() {
   local args=()
   for example in "${EXAMPLES[@]}"; do args+=(--example "$example"); done
   # One invocation, so Burn is built once with the union of the features.
-  cargo build --release --locked -p kiln -p kiln-train --features cuda,wgpu "${args[@]}" \
+  cargo build --release --locked -p kiln-ml -p kiln-ml-train --features cuda,wgpu "${args[@]}" \
     --test trainer --message-format=json-render-diagnostics >"$1"
 }
 

@@ -19,7 +19,7 @@ under DIR/train and DIR/valid and mirrors examples/quickstart:
   defaults equal kiln's loss scaler's), the loss and metrics on f32 outputs as kiln's Autocast;
 - metrics: Argoverse 2's minADE@6, minFDE@6 and miss rate@6 on every validation player after
   every epoch: modes ranked by probability (stable), the min-FDE mode gives minFDE *and* minADE,
-  a miss when that FDE > 2.0 m (kiln-metrics' `MetricsConfig::argoverse2()`).
+  a miss when that FDE > 2.0 m (kiln-ml-metrics' `MetricsConfig::argoverse2()`).
 
 Variants: `dataloader` (a Dataset over the preprocessed samples, DataLoader with shuffle,
 drop_last, --workers persistent workers, pinned memory on cuda) and `resident` (every tensor on

@@ -1,4 +1,4 @@
-"""kiln-metrics against av2 and a vectorized numpy reference, on the same data.
+"""kiln-ml-metrics against av2 and a vectorized numpy reference, on the same data.
 
 Reads the data that `metrics_throughput --dump DIR` wrote, computes the Argoverse 2 metrics
 (min-FDE mode, miss when minFDE > 2 m, brier-minFDE with the probabilities as given) two ways,

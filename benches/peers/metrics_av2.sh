@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kiln-metrics against av2 and vectorized numpy on the same seeded data, one thread each.
+# kiln-ml-metrics against av2 and vectorized numpy on the same seeded data, one thread each.
 #
 #   benches/peers/metrics_av2.sh                 # N = 100000, K = 6, T = 60
 #   N=20000 benches/peers/metrics_av2.sh         # smaller

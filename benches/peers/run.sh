@@ -56,7 +56,7 @@ echo "== Python readers on the same files"
 "$VENV/bin/python" benches/peers/readers.py --dir "$WORK/data" --batch-size "$BATCH" \
   --workers "$WORKERS" --seconds "$SECONDS_PER_READER" --json "$WORK/readers.json"
 
-echo "== kiln-metrics against av2 on $AGENTS agents"
+echo "== kiln-ml-metrics against av2 on $AGENTS agents"
 N="$AGENTS" AV2_AGENTS="$AGENTS" KILN_PEERS_VENV="$VENV" PEERS_JSON="$WORK/metrics.json" \
   bash benches/peers/metrics_av2.sh
 

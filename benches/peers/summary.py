@@ -1,7 +1,7 @@
 """One table and one JSON from the peer runs of `benches/peers/run.sh`.
 
 Inputs: the `block_shuffle` example's JSON (kiln's loader on the same files), `readers.py`'s
-JSON (pyarrow and the torch readers) and `metrics_av2.py`'s JSON (kiln-metrics against av2).
+JSON (pyarrow and the torch readers) and `metrics_av2.py`'s JSON (kiln-ml-metrics against av2).
 Prints the rates and ratios side by side and whether each target of the comparison is met.
 """
 
@@ -81,7 +81,7 @@ def main():
         print(f"{label:<52}{rate:14.0f}{shown:>13}")
     av2_rate = f["av2_agents_per_s"]
     print(f"\n{'metrics (Argoverse 2, one core)':<52}{'agents/s':>14}")
-    print(f"{'kiln-metrics host path':<52}{f['kiln_metrics_agents_per_s']:14.0f}")
+    print(f"{'kiln-ml-metrics host path':<52}{f['kiln_metrics_agents_per_s']:14.0f}")
     print(f"{'numpy, vectorized':<52}{f['numpy_agents_per_s']:14.0f}")
     if av2_rate:
         print(f"{'av2 functions':<52}{av2_rate:14.0f}")

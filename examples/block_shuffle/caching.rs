@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use kiln::cache::{Cached, Codec, DiskCache};
-use kiln::core::{BlockLayout, BlockSource, Fingerprint, PlanRequest, Sampler, Transform};
-use kiln::data::{Loader, LoaderConfig, ParquetSource, RowDecoder};
-use kiln::sampler::BlockShuffleSampler;
+use kiln_ml::cache::{Cached, Codec, DiskCache};
+use kiln_ml::core::{BlockLayout, BlockSource, Fingerprint, PlanRequest, Sampler, Transform};
+use kiln_ml::data::{Loader, LoaderConfig, ParquetSource, RowDecoder};
+use kiln_ml::sampler::BlockShuffleSampler;
 
 use crate::dataset::Row;
 use crate::graph::{BuildGraph, digest_collate};

@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kiln::data::arrow_array::types::{Float32Type, Int64Type};
-use kiln::data::arrow_array::{ArrayRef, Float32Array, Int64Array, RecordBatch};
-use kiln::data::parquet::arrow::ArrowWriter;
-use kiln::data::parquet::basic::Compression;
-use kiln::data::parquet::file::properties::WriterProperties;
-use kiln::data::{DecodeError, RowDecoder, decoder_fn, required_values};
+use kiln_ml::data::arrow_array::types::{Float32Type, Int64Type};
+use kiln_ml::data::arrow_array::{ArrayRef, Float32Array, Int64Array, RecordBatch};
+use kiln_ml::data::parquet::arrow::ArrowWriter;
+use kiln_ml::data::parquet::basic::Compression;
+use kiln_ml::data::parquet::file::properties::WriterProperties;
+use kiln_ml::data::{DecodeError, RowDecoder, decoder_fn, required_values};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

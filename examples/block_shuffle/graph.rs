@@ -3,9 +3,9 @@
 
 use std::convert::Infallible;
 
-use kiln::cache::{BincodeCodec, Codec};
-use kiln::core::{Fingerprint, Transform};
-use kiln::data::{Collate, collate_fn};
+use kiln_ml::cache::{BincodeCodec, Codec};
+use kiln_ml::core::{Fingerprint, Transform};
+use kiln_ml::data::{Collate, collate_fn};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::Row;

@@ -4,7 +4,7 @@
 //! 1. Writes a seeded synthetic dataset: `--rows` events of 80 bytes (16 float32 features, an
 //!    int64 id and an int64 label) over `--files` Snappy Parquet files of uneven size (about
 //!    20x between the smallest and the largest), in row groups of at most `--row-group-rows`.
-//! 2. Measures full epochs through kiln-data's `Loader` (warm page cache, `--workers` threads),
+//! 2. Measures full epochs through kiln-ml-data's `Loader` (warm page cache, `--workers` threads),
 //!    collating column by column (`--collate columnar`, the default: `columnar_fn` over the
 //!    decoded Arrow chunks) or per sample (`--collate per-sample`: a `RowDecoder` of `Row`s).
 //!    Sequential and block-shuffle epochs run side by side in `--repeats` rounds of 3
@@ -46,9 +46,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use kiln::core::BlockLayout;
-use kiln::data::{LoaderConfig, ParquetSource};
-use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
+use kiln_ml::core::BlockLayout;
+use kiln_ml::data::{LoaderConfig, ParquetSource};
+use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
 
 use caching::{Caching, CachingSetup};
 use dataset::{DatasetSpec, row_decoder, write_dataset};
@@ -100,7 +100,7 @@ struct Args {
     dir: Option<PathBuf>,
     /// Cache segments of at least this many bytes are memory-mapped, smaller ones read (the
     /// example's segments are about 200 KB; 0 maps every one).
-    #[arg(long, default_value_t = kiln::cache::DEFAULT_MMAP_THRESHOLD)]
+    #[arg(long, default_value_t = kiln_ml::cache::DEFAULT_MMAP_THRESHOLD)]
     mmap_threshold: u64,
     /// How the loader collates batches: column by column from the decoded Arrow chunks, or
     /// one decoded value per sample.

@@ -8,14 +8,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
-use kiln::core::{BlockLayout, BlockSource, PlanRequest, SampleId, Sampler};
-use kiln::data::arrow_array::RecordBatch;
-use kiln::data::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use kiln::data::{
+use kiln_ml::core::{BlockLayout, BlockSource, PlanRequest, SampleId, Sampler};
+use kiln_ml::data::arrow_array::RecordBatch;
+use kiln_ml::data::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use kiln_ml::data::{
     Collate, Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn, columnar_fn, float_matrix,
 };
-use kiln::sampler::quality::{self, QualityOptions};
-use kiln::sampler::{BlockShuffleSampler, RandomSampler, SequentialSampler, Sharding};
+use kiln_ml::sampler::quality::{self, QualityOptions};
+use kiln_ml::sampler::{BlockShuffleSampler, RandomSampler, SequentialSampler, Sharding};
 use rayon::prelude::*;
 
 use crate::dataset::{FEATURES, Row};

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use kiln::core::{BlockLayout, BlockSource, Plan};
-use kiln::data::{Collate, Loader};
+use kiln_ml::core::{BlockLayout, BlockSource, Plan};
+use kiln_ml::data::{Collate, Loader};
 
 /// A progress bar on standard error (indicatif hides it when that is not a terminal).
 pub fn progress(len: u64, message: &'static str) -> ProgressBar {

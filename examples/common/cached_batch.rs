@@ -8,9 +8,9 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln::profile::bottleneck::StepRun;
-use kiln::profile::{Bottleneck, Diagnosis};
-use kiln::train::{TrainStep, Trainer};
+use kiln_ml::profile::bottleneck::StepRun;
+use kiln_ml::profile::{Bottleneck, Diagnosis};
+use kiln_ml::train::{TrainStep, Trainer};
 
 /// Runs `bottleneck` (its steps, thresholds and utilization source set) with `trainer`:
 /// training steps on `cached` against training steps on `next_batch()`, whose time is the data

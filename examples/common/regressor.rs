@@ -8,7 +8,7 @@ use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use kiln::train::{Autocast, StepOutput, TrainStep};
+use kiln_ml::train::{Autocast, StepOutput, TrainStep};
 
 /// Input features per sample.
 pub const FEATURES: usize = 32;
@@ -79,7 +79,7 @@ impl<B: Backend> Batcher<B, Row, RowBatch<B>> for RowBatcher {
 
 /// Forward FLOPs per sample of a [`Regressor`] (a multiply-add is two), for throughput and MFU.
 pub fn forward_flops_per_sample(width: usize, depth: usize) -> f64 {
-    let mut counter = kiln::profile::flops::FlopsCounter::new().linear(FEATURES, width, true);
+    let mut counter = kiln_ml::profile::flops::FlopsCounter::new().linear(FEATURES, width, true);
     for _ in 1..depth.max(1) {
         counter = counter.linear(width, width, true);
     }

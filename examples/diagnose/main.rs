@@ -1,4 +1,4 @@
-//! Input-bound or compute-bound? kiln-profile's cached-batch test on two pipelines built to be
+//! Input-bound or compute-bound? kiln-ml-profile's cached-batch test on two pipelines built to be
 //! one and the other.
 //!
 //! - **input-bound**: a small model fed by one loader worker whose preprocessing costs
@@ -27,17 +27,17 @@ use anyhow::Context;
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
-use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::core::PlanRequest;
-use kiln::data::{BurnCollate, Epoch, LoaderConfig};
-use kiln::profile::{Bottleneck, Clock, DeviceMonitor, Diagnosis, LoaderTuning};
-use kiln::sampler::{RemainderPolicy, SequentialSampler, Sharding};
-use kiln::train::TrainerConfig;
+use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::core::PlanRequest;
+use kiln_ml::data::{BurnCollate, Epoch, LoaderConfig};
+use kiln_ml::profile::{Bottleneck, Clock, DeviceMonitor, Diagnosis, LoaderTuning};
+use kiln_ml::sampler::{RemainderPolicy, SequentialSampler, Sharding};
+use kiln_ml::train::TrainerConfig;
 
 use crate::pipeline::SyntheticSource;
 use crate::regressor::{Regressor, RowBatch, RowBatcher};
 
-/// Diagnose an input-bound and a compute-bound training pipeline with kiln-profile's
+/// Diagnose an input-bound and a compute-bound training pipeline with kiln-ml-profile's
 /// cached-batch test, and print both verdicts with their evidence.
 #[derive(Parser, Debug, Clone)]
 #[command(version)]
@@ -191,7 +191,7 @@ fn diagnose<B: AutodiffBackend>(
 /// FLOP/s the cached-batch run achieved (forward and backward, a multiply-add counted as 2).
 fn achieved_flops(args: &Args, pipeline: &Pipeline, diagnosis: &Diagnosis) -> f64 {
     let forward = regressor::forward_flops_per_sample(pipeline.width, pipeline.depth);
-    kiln::profile::flops::training_step(forward, args.batch) * diagnosis.cached.steps_per_s
+    kiln_ml::profile::flops::training_step(forward, args.batch) * diagnosis.cached.steps_per_s
 }
 
 fn print(pipeline: &Pipeline, diagnosis: &Diagnosis) {
@@ -247,7 +247,7 @@ fn main() -> anyhow::Result<()> {
     let compute_flops = achieved_flops(&args, &pipelines[1], &diagnoses[1]);
     println!(
         "compute-bound  the cached batch runs at {:.2} GFLOP/s (MFU needs the device's peak: \
-         kiln::profile::peak_flops)",
+         kiln_ml::profile::peak_flops)",
         compute_flops / 1e9
     );
     if let Some(tuning) = &tuning {

@@ -1,10 +1,10 @@
-//! The data side of both pipelines: a generated dataset read block by block through kiln-data's
+//! The data side of both pipelines: a generated dataset read block by block through kiln-ml-data's
 //! loader, with a preprocessing cost per sample that makes one pipeline input-bound.
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
-use kiln::core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout};
+use kiln_ml::core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout};
 
 use crate::regressor::Row;
 

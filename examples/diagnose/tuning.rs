@@ -4,10 +4,10 @@
 use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::AutodiffBackend;
-use kiln::core::{BlockSource, PlanRequest};
-use kiln::data::{BurnCollate, LoaderConfig};
-use kiln::profile::{LoaderTuner, LoaderTuning};
-use kiln::sampler::{RemainderPolicy, SequentialSampler, Sharding};
+use kiln_ml::core::{BlockSource, PlanRequest};
+use kiln_ml::data::{BurnCollate, LoaderConfig};
+use kiln_ml::profile::{LoaderTuner, LoaderTuning};
+use kiln_ml::sampler::{RemainderPolicy, SequentialSampler, Sharding};
 
 use crate::pipeline::SyntheticSource;
 use crate::regressor::{RowBatch, RowBatcher};

@@ -1,4 +1,4 @@
-//! The largest batch that fits, found with kiln-profile's `BatchSizeFinder` under a memory
+//! The largest batch that fits, found with kiln-ml-profile's `BatchSizeFinder` under a memory
 //! budget, and checked against the true maximum.
 //!
 //! Every trial runs full training steps (forward, backward, Adam's step, so the optimizer's
@@ -6,7 +6,7 @@
 //! afterwards. The budget (`--budget-mb`) counts as the device's memory: a trial whose peak
 //! exceeds it is out of memory. The peak comes from Burn's memory pool on wgpu and CUDA (what
 //! the pool reserved) and from the process heap on the CPU (this program installs
-//! kiln-profile's counting allocator), so the finder works, and is checked, without a GPU.
+//! kiln-ml-profile's counting allocator), so the finder works, and is checked, without a GPU.
 //!
 //! The true maximum is then established apart from the search: two trials measure how memory
 //! grows with the batch, a prediction is bracketed and bisected to the exact boundary, and
@@ -29,11 +29,11 @@ use anyhow::{Context, bail, ensure};
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
-use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::profile::batch_size::{ChildCommand, FinderReport, Trial, serve_child_trial};
-use kiln::profile::monitor::{HeapProbe, PeakAlloc};
-use kiln::profile::{BatchSizeFinder, FinderMode, MemoryProbe};
-use kiln::train::TrainerConfig;
+use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::profile::batch_size::{ChildCommand, FinderReport, Trial, serve_child_trial};
+use kiln_ml::profile::monitor::{HeapProbe, PeakAlloc};
+use kiln_ml::profile::{BatchSizeFinder, FinderMode, MemoryProbe};
+use kiln_ml::train::TrainerConfig;
 
 use crate::regressor::{Regressor, Row, RowBatch};
 
@@ -180,9 +180,9 @@ fn main() -> anyhow::Result<()> {
     let selection = select(args.device)?;
     let heap: Arc<dyn MemoryProbe> = Arc::new(HeapProbe::new(&ALLOCATOR));
     // Created on this thread, which trains: CubeCL keeps a pool per thread's stream.
-    let probe = selection.memory_probe().unwrap_or(heap);
+    let probe = kiln_ml::profile::monitor::device_memory_probe(&selection).unwrap_or(heap);
     // A child started by the finder runs its one trial and exits here.
-    if std::env::var_os(kiln::profile::batch_size::TRIAL_ENV).is_some() {
+    if std::env::var_os(kiln_ml::profile::batch_size::TRIAL_ENV).is_some() {
         let child = ChildTrial {
             args: args.clone(),
             probe: Arc::clone(&probe),

@@ -2,8 +2,8 @@
 //! search mode promises against it.
 
 use anyhow::bail;
-use kiln::profile::FinderMode;
-use kiln::profile::batch_size::{FinderReport, Trial};
+use kiln_ml::profile::FinderMode;
+use kiln_ml::profile::batch_size::{FinderReport, Trial};
 
 /// The largest size that fits, found apart from the finder's search: the growth of memory
 /// with the batch is measured at two sizes, the predicted limit is bracketed by trials and
@@ -11,7 +11,7 @@ use kiln::profile::batch_size::{FinderReport, Trial};
 pub fn true_maximum(
     cap: usize,
     budget: u64,
-    mut check: impl FnMut(usize) -> kiln::profile::Result<Trial>,
+    mut check: impl FnMut(usize) -> kiln_ml::profile::Result<Trial>,
 ) -> anyhow::Result<(Option<usize>, Vec<Trial>)> {
     let mut trials = Vec::new();
     let mut run = |size: usize, trials: &mut Vec<Trial>| -> anyhow::Result<bool> {

@@ -1,6 +1,6 @@
 //! Epochs from an object store against the same epochs from local disk.
 //!
-//! Reads the same Parquet dataset from a URL (`--url s3://bucket/prefix/`, any store kiln-data
+//! Reads the same Parquet dataset from a URL (`--url s3://bucket/prefix/`, any store kiln-ml-data
 //! reads) and from a local directory (`--dir`), with the same samplers and seed, through the
 //! loader's columnar path, in `--repeats` rounds of one sequential and one block-shuffled epoch
 //! from each. Reports whether both deliver the same samples in the same order, and the rates
@@ -26,10 +26,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use kiln::core::{BlockLayout, PlanRequest, Sampler};
-use kiln::data::arrow_array::RecordBatch;
-use kiln::data::{Loader, LoaderConfig, ParquetSource, columnar_fn, float_matrix, int_vector};
-use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
+use kiln_ml::core::{BlockLayout, PlanRequest, Sampler};
+use kiln_ml::data::arrow_array::RecordBatch;
+use kiln_ml::data::{Loader, LoaderConfig, ParquetSource, columnar_fn, float_matrix, int_vector};
+use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
 
 use dataset::{DatasetSpec, FEATURES, write_dataset};
 use timing::{median, progress};
@@ -267,9 +267,9 @@ fn run_epoch<S, C>(
     name: &'static str,
 ) -> Result<(Vec<i64>, f64)>
 where
-    S: kiln::core::BlockSource + BlockLayout + 'static,
+    S: kiln_ml::core::BlockSource + BlockLayout + 'static,
     S::Item: Clone + 'static,
-    C: kiln::data::Collate<S::Item, Output = Batch> + 'static,
+    C: kiln_ml::data::Collate<S::Item, Output = Batch> + 'static,
 {
     let plan = sampler.plan(loader.source().as_ref(), request)?;
     let bar = progress(plan.len().div_ceil(plan.batch_size() as usize) as u64, name);

@@ -3,8 +3,8 @@
 
 use anyhow::Context;
 use burn::tensor::backend::Backend;
-use kiln::core::Metric;
-use kiln::metrics::{BatchShape, MetricsConfig, TopKReport, TrajectoryBatch};
+use kiln_ml::core::Metric;
+use kiln_ml::metrics::{BatchShape, MetricsConfig, TopKReport, TrajectoryBatch};
 
 use crate::dataset::{FUTURE, HISTORY};
 use crate::model::PlayerBatch;

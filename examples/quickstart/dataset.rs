@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kiln::core::{FnTransform, transform_fn};
-use kiln::data::arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
-use kiln::data::arrow_schema::{DataType, Field};
-use kiln::data::parquet::arrow::ArrowWriter;
-use kiln::data::parquet::basic::Compression;
-use kiln::data::parquet::file::properties::WriterProperties;
-use kiln::data::{DecodeError, RowDecoder, column, decoder_fn, reject_nulls};
+use kiln_ml::core::{FnTransform, transform_fn};
+use kiln_ml::data::arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
+use kiln_ml::data::arrow_schema::{DataType, Field};
+use kiln_ml::data::parquet::arrow::ArrowWriter;
+use kiln_ml::data::parquet::basic::Compression;
+use kiln_ml::data::parquet::file::properties::WriterProperties;
+use kiln_ml::data::{DecodeError, RowDecoder, column, decoder_fn, reject_nulls};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

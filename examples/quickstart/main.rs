@@ -1,19 +1,19 @@
 //! kiln quickstart: train a trajectory forecaster end to end with every kiln crate.
 //!
-//! 1. **Data** (kiln-data): writes a seeded dataset of football players' runs into many
+//! 1. **Data** (kiln-ml-data): writes a seeded dataset of football players' runs into many
 //!    Parquet files, opens them as a `ParquetSource` (one block per row group), and caches the
 //!    agent-frame preprocessing on disk, fingerprinted, built in parallel.
-//! 2. **Order** (kiln-sampler): every epoch is a file-aware block-shuffle plan, so reads stay
+//! 2. **Order** (kiln-ml-sampler): every epoch is a file-aware block-shuffle plan, so reads stay
 //!    sequential while batches stay mixed; the plan is a pure function of (seed, epoch).
 //! 3. **Loading**: a prefetching multi-worker `Loader` executes the plan and builds Burn
 //!    tensors with a Burn `Batcher` on its worker threads.
-//! 4. **Training** (kiln-train): a `Trainer` with the chosen precision (f32, f16 with dynamic
+//! 4. **Training** (kiln-ml-train): a `Trainer` with the chosen precision (f32, f16 with dynamic
 //!    loss scaling, or bf16), global-norm clipping, a cosine schedule and, with
 //!    `--checkpoint-dir`, atomic checkpoints that resume mid-run.
-//! 5. **Metrics** (kiln-metrics): minADE@6, minFDE@6 and miss rate@6 exactly as Argoverse 2
+//! 5. **Metrics** (kiln-ml-metrics): minADE@6, minFDE@6 and miss rate@6 exactly as Argoverse 2
 //!    defines them, computed on the device after every epoch, beside a constant-velocity
 //!    baseline on the same validation players (the number the model has to beat).
-//! 6. **Profile** (kiln-profile): where each step's time went (data wait, forward, backward,
+//! 6. **Profile** (kiln-ml-profile): where each step's time went (data wait, forward, backward,
 //!    optimizer), the device's memory and utilization, and the cached-batch test's verdict:
 //!    input-bound or compute-bound. With `--json`, an SVG timeline is written next to it.
 //!
@@ -36,13 +36,13 @@ use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
-use kiln::backend::{BackendTask, DevicePreference, select};
-use kiln::cache::{Cached, DiskCache};
-use kiln::core::{BlockLayout, PlanRequest, Sampler};
-use kiln::data::{BurnCollate, LoaderConfig, ParquetSource};
-use kiln::metrics::MetricsConfig;
-use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
-use kiln::train::{
+use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::cache::{Cached, DiskCache};
+use kiln_ml::core::{BlockLayout, PlanRequest, Sampler};
+use kiln_ml::data::{BurnCollate, LoaderConfig, ParquetSource};
+use kiln_ml::metrics::MetricsConfig;
+use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
+use kiln_ml::train::{
     CheckpointConfig, EpochSummary, GradientClipping, Precision, ProgressObserver, TrainerConfig,
     latest_checkpoint,
 };
@@ -103,7 +103,7 @@ struct Args {
     /// Write the figures as one JSON object to this path, and the SVG timeline next to it.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Who trains: `kiln` (kiln-train's `Trainer`) or `plain-burn` (a hand-written Burn loop
+    /// Who trains: `kiln` (kiln-ml-train's `Trainer`) or `plain-burn` (a hand-written Burn loop
     /// on the same model, batches, loss, Adam and schedule; f32 only, no profiler): the
     /// baseline kiln's step time is measured against.
     #[arg(long, default_value = "kiln")]
@@ -116,7 +116,7 @@ struct Args {
 /// Who runs the training loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum TrainerKind {
-    /// kiln-train's `Trainer`.
+    /// kiln-ml-train's `Trainer`.
     Kiln,
     /// A hand-written Burn loop (`plain_loop.rs`).
     PlainBurn,
@@ -145,15 +145,15 @@ struct EpochFigures {
     data_wait_fraction: f64,
 }
 
-/// One epoch's figures from what it did (kiln-train's summary, which the plain Burn loop fills
+/// One epoch's figures from what it did (kiln-ml-train's summary, which the plain Burn loop fills
 /// in too) and its validation report.
 fn epoch_figures(
     epoch: &EpochSummary,
     train_loss: f64,
-    report: &kiln::metrics::MetricReport,
+    report: &kiln_ml::metrics::MetricReport,
 ) -> EpochFigures {
     let top = |k| report.horizons[0].at(k);
-    let value = |k, pick: fn(&kiln::metrics::TopKReport) -> Option<f64>| {
+    let value = |k, pick: fn(&kiln_ml::metrics::TopKReport) -> Option<f64>| {
         top(k).and_then(pick).unwrap_or(f64::NAN)
     };
     EpochFigures {
@@ -195,7 +195,7 @@ fn steady_step_ms(figures: &[EpochFigures], steps_per_epoch: u64) -> Option<f64>
 
 struct Quickstart {
     args: Args,
-    probe: Option<Arc<dyn kiln::profile::MemoryProbe>>,
+    probe: Option<Arc<dyn kiln_ml::profile::MemoryProbe>>,
     train_dir: PathBuf,
     valid_dir: PathBuf,
     cache_dir: PathBuf,
@@ -208,7 +208,7 @@ struct RunOutput {
     /// `None` with `--no-profile` and `--trainer plain-burn`.
     profile: Option<profiling::Profile>,
     /// The constant-velocity baseline's metrics.
-    baseline: kiln::metrics::TopKReport,
+    baseline: kiln_ml::metrics::TopKReport,
     /// From the start of training to the end of its first step (compilation and autotuning
     /// on a GPU); `None` when no step ran (a resumed, finished run).
     time_to_first_step: Option<Duration>,
@@ -477,11 +477,11 @@ fn main() -> anyhow::Result<()> {
     );
     ensure!(
         args.trainer == TrainerKind::Kiln || args.precision == Precision::F32,
-        "--trainer plain-burn trains in f32 only (mixed precision by hand is kiln-train's job)"
+        "--trainer plain-burn trains in f32 only (mixed precision by hand is kiln-ml-train's job)"
     );
     let selection = select(args.device)?;
     println!("device    {selection}");
-    if let Some(tuning) = kiln::backend::GpuTuning::applied() {
+    if let Some(tuning) = kiln_ml::backend::GpuTuning::applied() {
         println!("kernels   {tuning}");
     }
     println!("precision {}", args.precision);
@@ -495,7 +495,7 @@ fn main() -> anyhow::Result<()> {
     let (train_dir, valid_dir) = prepare_data(&args, &root)?;
     let started = Instant::now();
     // Made on this thread, which trains: CubeCL keeps a memory pool per thread's stream.
-    let probe = selection.memory_probe();
+    let probe = kiln_ml::profile::monitor::device_memory_probe(&selection);
     let RunOutput {
         figures,
         profile,
@@ -590,7 +590,7 @@ fn main() -> anyhow::Result<()> {
             "time_to_first_step_s": time_to_first_step.map(|first| first.as_secs_f64()),
             "trainer": args.trainer.name(),
             "step_ms": step_ms,
-            "kernel_cache": kiln::backend::GpuTuning::applied().map(|tuning| tuning.cache_dir()),
+            "kernel_cache": kiln_ml::backend::GpuTuning::applied().map(|tuning| tuning.cache_dir()),
             "epochs_run": figures,
             "verdict": report.and_then(|report| report.diagnosis.as_ref()).map(|d| d.verdict),
             "timeline_svg": profile.as_ref().map(|_| path.with_extension("svg")),
@@ -598,7 +598,7 @@ fn main() -> anyhow::Result<()> {
         });
         if let Some(profile) = &profile {
             let svg = path.with_extension("svg");
-            kiln::profile::report::write_timeline_svg(
+            kiln_ml::profile::report::write_timeline_svg(
                 &svg,
                 "kiln quickstart",
                 &profile.spans,

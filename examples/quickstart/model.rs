@@ -7,8 +7,8 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use kiln::metrics::TensorTrajectoryBatch;
-use kiln::train::{Autocast, InferenceStep, StepOutput, TrainStep};
+use kiln_ml::metrics::TensorTrajectoryBatch;
+use kiln_ml::train::{Autocast, InferenceStep, StepOutput, TrainStep};
 
 use crate::dataset::{FUTURE, HISTORY, Sample};
 
@@ -122,11 +122,11 @@ impl<B: Backend> Forecaster<B> {
 
     /// K forecasts with softmax probabilities in f32, for a hand-written loop's validation.
     pub fn predict(&self, batch: PlayerBatch<B>) -> TensorTrajectoryBatch<B> {
-        InferenceStep::step(self, batch, &Autocast::new(kiln::train::Precision::F32))
+        InferenceStep::step(self, batch, &Autocast::new(kiln_ml::train::Precision::F32))
     }
 }
 
-/// Validation: K trajectories with softmax probabilities, for kiln-metrics on the device.
+/// Validation: K trajectories with softmax probabilities, for kiln-ml-metrics on the device.
 impl<B: Backend> InferenceStep<B> for Forecaster<B> {
     type Input = PlayerBatch<B>;
     type Output = TensorTrajectoryBatch<B>;

@@ -1,12 +1,12 @@
-//! The quickstart's training in a hand-written Burn loop, without kiln-train
+//! The quickstart's training in a hand-written Burn loop, without kiln-ml-train
 //! (`--trainer plain-burn`): the baseline kiln's `Trainer` is measured against on the same
 //! model, batches, loss, Adam, cosine schedule and device.
 //!
 //! It is the loop a Burn user writes: forward, loss, backward, `optim.step`, one loss
-//! readback per epoch. f32 only (mixed precision by hand is what kiln-train is for). Clipping
+//! readback per epoch. f32 only (mixed precision by hand is what kiln-ml-train is for). Clipping
 //! is Burn's own (`GradientClippingConfig::Norm` on the optimizer), which clips each tensor's
 //! norm where kiln clips the global norm: the same kernels per tensor, without kiln's final sum.
-//! Validation runs kiln-metrics on the same batches, as the kiln path does.
+//! Validation runs kiln-ml-metrics on the same batches, as the kiln path does.
 
 use std::time::{Duration, Instant};
 
@@ -16,9 +16,9 @@ use burn::module::AutodiffModule;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use kiln::core::Metric;
-use kiln::metrics::{TensorTrajectoryBatch, TrajectoryMetrics};
-use kiln::train::EpochSummary;
+use kiln_ml::core::Metric;
+use kiln_ml::metrics::{TensorTrajectoryBatch, TrajectoryMetrics};
+use kiln_ml::train::EpochSummary;
 
 use crate::model::{Forecaster, PlayerBatch};
 use crate::{EpochFigures, epoch_figures};

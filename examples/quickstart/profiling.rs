@@ -1,4 +1,4 @@
-//! Where the quickstart's time went (kiln-profile): a phase timer, a throughput meter and a
+//! Where the quickstart's time went (kiln-ml-profile): a phase timer, a throughput meter and a
 //! device monitor during training, then the cached-batch test for the input-versus-compute
 //! verdict.
 
@@ -9,12 +9,12 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln::profile::phase::EpochBounds;
-use kiln::profile::{
+use kiln_ml::profile::phase::EpochBounds;
+use kiln_ml::profile::{
     Bottleneck, Clock, DeviceMonitor, DeviceSample, Diagnosis, MemoryProbe, PhaseReport,
     PhaseTimer, ProfileReport, Span, Throughput, ThroughputMeter, ThroughputReport, TimingMode,
 };
-use kiln::train::{TrainStep, Trainer};
+use kiln_ml::train::{TrainStep, Trainer};
 
 use crate::cached_batch;
 

@@ -11,17 +11,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln::cache::{Cached, DiskCache};
-use kiln::core::{BlockLayout, PlanRequest, Sampler, transform_fn};
-use kiln::data::arrow_array::types::Int64Type;
-use kiln::data::arrow_array::{Float32Array, Int64Array, RecordBatch};
-use kiln::data::parquet::arrow::ArrowWriter;
-use kiln::data::parquet::file::properties::WriterProperties;
-use kiln::data::{
+use kiln_ml::cache::{Cached, DiskCache};
+use kiln_ml::core::{BlockLayout, PlanRequest, Sampler, transform_fn};
+use kiln_ml::data::arrow_array::types::Int64Type;
+use kiln_ml::data::arrow_array::{Float32Array, Int64Array, RecordBatch};
+use kiln_ml::data::parquet::arrow::ArrowWriter;
+use kiln_ml::data::parquet::file::properties::WriterProperties;
+use kiln_ml::data::{
     Error, Loader, LoaderConfig, ParquetSource, ParquetSourceBuilder, RetryPolicy, collate_fn,
     columnar_fn, decoder_fn, int_vector, required_values,
 };
-use kiln::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
+use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
 use server::{S3Server, start_or_skip};
 
 const BUCKET: &str = "kiln";
@@ -84,7 +84,7 @@ fn remote_builder(server: &S3Server, url: &str) -> ParquetSourceBuilder {
     builder
 }
 
-fn shuffle() -> kiln::sampler::BlockShuffleSampler {
+fn shuffle() -> kiln_ml::sampler::BlockShuffleSampler {
     BlockShuffleConfig::default()
         .with_batch_size(BATCH)
         .with_remainder(RemainderPolicy::Uneven)

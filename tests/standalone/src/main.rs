@@ -1,6 +1,6 @@
-//! kiln-sampler alone, feeding Burn's own `DataLoader`.
+//! kiln-ml-sampler alone, feeding Burn's own `DataLoader`.
 //!
-//! A Burn dataset whose items lie in 24 "files" of uneven size is described to kiln-sampler as
+//! A Burn dataset whose items lie in 24 "files" of uneven size is described to kiln-ml-sampler as
 //! a `Layout` (one block per file); a `BlockShuffleSampler` plans an epoch, and Burn's
 //! `SelectionDataset` presents the items in the plan's order to Burn's `DataLoader`, which
 //! batches them as usual. The program checks what a user relies on and exits non-zero if any
@@ -15,7 +15,7 @@ use burn::data::dataset::transform::SelectionDataset;
 use burn::data::dataset::{Dataset, InMemDataset};
 use burn::prelude::Backend;
 use burn::tensor::{Tensor, TensorData};
-use kiln_sampler::{
+use kiln_ml_sampler::{
     BlockShuffleConfig, Fingerprint, Layout, PlanRequest, RemainderPolicy, Sampler,
 };
 
@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mean_distinct = distinct_files as f64 / batches as f64;
     println!(
-        "kiln-sampler alone: {total} items in {FILES} files, {batches} batches of up to {BATCH} \
+        "kiln-ml-sampler alone: {total} items in {FILES} files, {batches} batches of up to {BATCH} \
          through Burn's DataLoader; {mean_distinct:.1} distinct files per batch"
     );
 

@@ -1,0 +1,168 @@
+//! Writing and removing segments: atomic renames, failed-write accounting, the size limit.
+
+use std::sync::atomic::Ordering;
+
+use kiln_ml_core::Fingerprint;
+
+use super::store::DiskCache;
+use crate::segment::{SegmentKey, file_name};
+use crate::stats::Counters;
+use crate::{Error, Result};
+
+impl DiskCache {
+    /// Writes a finished segment atomically (temporary file, then rename) and applies the size
+    /// limit.
+    pub fn put(&self, key: &SegmentKey, bytes: &[u8]) -> Result<()> {
+        let digest = key.digest();
+        let path = self.segment_path(key);
+        let temp = self.dir.join(format!(
+            ".{digest}.{}.{}.tmp",
+            std::process::id(),
+            self.next_temp.fetch_add(1, Ordering::Relaxed)
+        ));
+        if let Err(source) = std::fs::write(&temp, bytes) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(Error::io("writing", temp, source));
+        }
+        #[cfg(test)]
+        if self.fail_before_rename.load(Ordering::Relaxed) {
+            // Leaves the temporary file behind, as a crash at this point would.
+            return Err(Error::io(
+                "renaming",
+                temp,
+                std::io::Error::other("injected failure"),
+            ));
+        }
+        if let Err(source) = std::fs::rename(&temp, &path) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(Error::io("renaming", temp, source));
+        }
+        Counters::add(&self.counters.bytes_written, bytes.len() as u64);
+        self.lock_index().insert(digest, bytes.len() as u64);
+        self.evict(Some(digest));
+        Ok(())
+    }
+
+    /// Removes a segment; whether there was one.
+    pub fn remove(&self, key: &SegmentKey) -> Result<bool> {
+        self.lock_index().remove(&key.digest());
+        let path = self.segment_path(key);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(Error::io("removing", path, source)),
+        }
+    }
+
+    /// Counts a failed write whose samples are served anyway, keeping its error.
+    pub(crate) fn record_failed_write(&self, error: &Error) {
+        Counters::add(&self.counters.failed_writes, 1);
+        if let Ok(mut last) = self.last_write_error.lock() {
+            *last = Some(error.to_string());
+        }
+    }
+
+    /// Removes least recently used segments while over the limit, sparing `keep`.
+    pub(super) fn evict(&self, keep: Option<Fingerprint>) {
+        let Some(limit) = self.limit_bytes else {
+            return;
+        };
+        let mut index = self.lock_index();
+        while index.bytes > limit {
+            let Some((digest, bytes)) = index.segments.pop_lru() else {
+                break;
+            };
+            if Some(digest) == keep {
+                index.segments.put(digest, bytes);
+                if index.segments.len() == 1 {
+                    break;
+                }
+                continue;
+            }
+            index.bytes -= bytes;
+            // A reader holding the file mapped keeps its data; NotFound means another process
+            // evicted it first.
+            let _ = std::fs::remove_file(self.dir.join(file_name(digest)));
+            Counters::add(&self.counters.evictions, 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{key, one_record as segment};
+
+    #[test]
+    fn put_then_get_round_trips_and_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path()).unwrap();
+        assert!(cache.get(&key(0)).unwrap().is_none());
+        let bytes = segment(key(0), b"payload");
+        cache.put(&key(0), &bytes).unwrap();
+        let found = cache.get(&key(0)).unwrap().unwrap();
+        assert_eq!(found.record(0), b"payload");
+        let stats = cache.stats();
+        assert_eq!((stats.misses, stats.disk_hits), (1, 1));
+        assert_eq!(stats.bytes_written, bytes.len() as u64);
+        assert_eq!(stats.bytes_read, bytes.len() as u64);
+        assert_eq!(stats.disk_bytes, bytes.len() as u64);
+        // A reopened cache finds the segment.
+        let reopened = DiskCache::open(dir.path()).unwrap();
+        assert_eq!(reopened.stats().disk_bytes, bytes.len() as u64);
+        assert!(reopened.get(&key(0)).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_failure_between_write_and_rename_leaves_no_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path()).unwrap();
+        cache.fail_before_rename.store(true, Ordering::Relaxed);
+        let error = cache.put(&key(1), &segment(key(1), b"x")).unwrap_err();
+        assert!(error.to_string().contains("injected failure"), "{error}");
+        // The half-done write is invisible: no segment, a plain miss, nothing counted as stored.
+        assert!(!cache.contains(&key(1)));
+        assert!(cache.get(&key(1)).unwrap().is_none());
+        assert_eq!(cache.stats().disk_bytes, 0);
+        assert_eq!(cache.stats().corrupt_segments, 0);
+        // A later write succeeds, and reopening ignores the leftover temporary file.
+        cache.fail_before_rename.store(false, Ordering::Relaxed);
+        cache.put(&key(1), &segment(key(1), b"x")).unwrap();
+        let reopened = DiskCache::open(dir.path()).unwrap();
+        assert_eq!(reopened.get(&key(1)).unwrap().unwrap().record(0), b"x");
+        assert_eq!(reopened.stats().disk_bytes, cache.stats().disk_bytes);
+    }
+
+    #[test]
+    fn removing_forgets_the_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path()).unwrap();
+        cache.put(&key(0), &segment(key(0), b"x")).unwrap();
+        assert!(cache.remove(&key(0)).unwrap());
+        assert!(!cache.remove(&key(0)).unwrap());
+        assert!(!cache.contains(&key(0)));
+        assert_eq!(cache.stats().disk_bytes, 0);
+    }
+
+    #[test]
+    fn the_size_limit_evicts_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = segment(key(0), &[7; 100]).len() as u64;
+        let cache = DiskCache::open(dir.path())
+            .unwrap()
+            .with_limit_bytes(2 * one);
+        for block in 0..2 {
+            cache
+                .put(&key(block), &segment(key(block), &[7; 100]))
+                .unwrap();
+        }
+        // Touch block 0 so block 1 is the least recently used.
+        assert!(cache.get(&key(0)).unwrap().is_some());
+        cache.put(&key(2), &segment(key(2), &[7; 100])).unwrap();
+        assert!(cache.contains(&key(0)));
+        assert!(!cache.contains(&key(1)));
+        assert!(cache.contains(&key(2)));
+        assert_eq!(cache.stats().evictions, 1);
+        assert_eq!(cache.stats().disk_bytes, 2 * one);
+    }
+}

@@ -1,0 +1,101 @@
+//! Building a whole cache ahead of training, in parallel, with a progress bar.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kiln_ml_core::{BlockIndex, BlockLayout, BlockSource, Transform};
+use rayon::prelude::*;
+
+use crate::cached::Cached;
+use crate::codec::Codec;
+use crate::{Error, Result};
+
+/// What [`Cached::warm`] did.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WarmReport {
+    /// Blocks in the layout.
+    pub blocks: u64,
+    /// Blocks computed and written.
+    pub built: u64,
+    /// Blocks whose segment was already there and verified.
+    pub already_cached: u64,
+    /// Segment bytes written.
+    pub bytes_written: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// A progress bar on standard error (indicatif hides it when that is not a terminal).
+pub(crate) fn progress_bar(len: u64, message: &'static str) -> ProgressBar {
+    let bar = ProgressBar::new(len).with_message(message);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} blocks ({per_sec}, eta {eta})",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+impl<S, T, C> Cached<S, T, C>
+where
+    S: BlockSource + BlockLayout,
+    T: Transform<S::Item>,
+    C: Codec<T::Output>,
+{
+    /// Builds every missing or corrupt segment in parallel on rayon's pool, with a progress bar
+    /// on standard error when it is a terminal.
+    ///
+    /// Existing segments are verified (read once), so a warm cache is also a checked one. Runs
+    /// on the current rayon pool: wrap the call in `ThreadPool::install` to choose the threads.
+    /// Stops at the first failure; a panicking transform is reported as [`Error::Panicked`].
+    pub fn warm(&self) -> Result<WarmReport> {
+        self.warm_with(progress_bar(self.num_blocks() as u64, "warming cache"))
+    }
+
+    /// [`warm`](Self::warm) reporting progress to a bar of your own.
+    pub fn warm_with(&self, bar: ProgressBar) -> Result<WarmReport> {
+        let started = Instant::now();
+        let written_before = self.disk().stats().bytes_written;
+        let built = AtomicU64::new(0);
+        let blocks = self.num_blocks() as BlockIndex;
+        let result = (0..blocks).into_par_iter().try_for_each(|block| {
+            let was_built = self.warm_block(block)?;
+            if was_built {
+                built.fetch_add(1, Ordering::Relaxed);
+            }
+            bar.inc(1);
+            Ok::<_, Error>(())
+        });
+        bar.finish_and_clear();
+        result?;
+        let built = built.into_inner();
+        Ok(WarmReport {
+            blocks: u64::from(blocks),
+            built,
+            already_cached: u64::from(blocks) - built,
+            bytes_written: self.disk().stats().bytes_written - written_before,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Ensures one block's segment; whether it had to be built.
+    fn warm_block(&self, block: BlockIndex) -> Result<bool> {
+        let key = self.key(block);
+        match self.disk().get(&key) {
+            Ok(Some(_)) => return Ok(false),
+            Ok(None) | Err(Error::CorruptSegment { .. }) => {}
+            Err(error) => return Err(error),
+        }
+        let bytes = catch_unwind(AssertUnwindSafe(|| {
+            let samples = self.compute_block(block)?;
+            self.encode_block(block, &samples)
+        }))
+        .map_err(|payload| {
+            Error::panicked(format!("warming {}", self.describe_block(block)), payload)
+        })??;
+        self.disk().put(&key, &bytes)?;
+        Ok(true)
+    }
+}

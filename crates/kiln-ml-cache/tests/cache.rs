@@ -1,0 +1,395 @@
+//! The preprocessing cache: keys, verification and rebuild, crash safety, tiers, warming.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kiln_ml_cache::{Cached, DiskCache, Error, PodCodec};
+use kiln_ml_core::{BlockLayout, BlockSource, Fingerprint, FnTransform, transform_fn};
+use kiln_ml_testkit::MemorySource;
+
+/// A transform that counts its calls, so tests can tell a hit from a recomputation.
+fn counted(
+    version: u64,
+    calls: &Arc<AtomicU64>,
+) -> FnTransform<impl Fn(u64) -> Result<Vec<f32>, Infallible> + use<>> {
+    let calls = Arc::clone(calls);
+    transform_fn("features", version, move |id: u64| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        Ok(vec![id as f32, (id * 2) as f32, version as f32])
+    })
+}
+
+/// The usual fixture: `source()` under `counted(version)`, cached in `dir`.
+fn cached_in(
+    dir: &tempfile::TempDir,
+    version: u64,
+    calls: &Arc<AtomicU64>,
+) -> Cached<MemorySource<u64>, impl kiln_ml_core::Transform<u64, Output = Vec<f32>> + use<>> {
+    Cached::new(
+        source(),
+        counted(version, calls),
+        DiskCache::open(dir.path()).unwrap(),
+    )
+}
+
+fn source() -> MemorySource<u64> {
+    MemorySource::with_ids(&[&[4, 3], &[5]])
+}
+
+fn expected(block: &kiln_ml_core::Block, version: u64) -> Vec<Vec<f32>> {
+    block
+        .samples()
+        .map(|id| vec![id as f32, (id * 2) as f32, version as f32])
+        .collect()
+}
+
+#[test]
+fn hits_serve_what_the_transform_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls);
+    for round in 0..2 {
+        for (index, block) in cached.blocks().iter().enumerate() {
+            assert_eq!(
+                cached.read_block(index as u32).unwrap(),
+                expected(block, 1),
+                "round {round}"
+            );
+        }
+    }
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        12,
+        "each sample transformed once"
+    );
+    let stats = cached.stats();
+    assert_eq!((stats.misses, stats.disk_hits), (3, 3));
+    assert_eq!(stats.bytes_read, stats.bytes_written);
+}
+
+#[test]
+fn a_flipped_byte_is_detected_reported_and_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls);
+    let block = cached.blocks()[1];
+    cached.read_block(1).unwrap();
+    let path = cached.disk().segment_path(&cached.key(1));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() - 6; // inside the last record
+    bytes[middle] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+
+    assert_eq!(
+        cached.read_block(1).unwrap(),
+        expected(&block, 1),
+        "never served corrupt"
+    );
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        6,
+        "recomputed after the corruption"
+    );
+    let stats = cached.stats();
+    assert_eq!(stats.corrupt_segments, 1);
+    let reports = cached.disk().corrupt_segments();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].block, 1);
+    assert_eq!(reports[0].path, path);
+    assert!(
+        reports[0].reason.contains("checksum mismatch"),
+        "{}",
+        reports[0].reason
+    );
+    // The rebuilt segment is whole again: a plain hit.
+    assert_eq!(cached.read_block(1).unwrap(), expected(&block, 1));
+    assert_eq!(cached.stats().disk_hits, 1);
+}
+
+#[test]
+fn a_failed_write_serves_the_samples_uncached() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("cache");
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = Cached::new(source(), counted(1, &calls), DiskCache::open(&dir).unwrap());
+    // The directory goes away under the open cache (a failure no permission can fake for root).
+    std::fs::remove_dir_all(&dir).unwrap();
+    let block = cached.blocks()[0];
+    assert_eq!(cached.read_block(0).unwrap(), expected(&block, 1));
+    let stats = cached.stats();
+    assert_eq!(
+        (stats.misses, stats.failed_writes, stats.bytes_written),
+        (1, 1, 0)
+    );
+    // Nothing was kept: the next read computes the block again.
+    let computed = calls.load(Ordering::SeqCst);
+    assert!(computed > 0);
+    assert_eq!(cached.read_block(0).unwrap(), expected(&block, 1));
+    assert_eq!(calls.load(Ordering::SeqCst), 2 * computed);
+    assert_eq!(cached.stats().failed_writes, 2);
+    let error = cached.disk().last_write_error().unwrap();
+    assert!(error.contains("cache"), "the error names the path: {error}");
+    // Building the cache on purpose does fail.
+    assert!(cached.warm().is_err());
+}
+
+#[test]
+fn a_crash_between_write_and_rename_leaves_the_cache_consistent() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls);
+    let complete = cached
+        .encode_block(0, &cached.compute_block(0).unwrap())
+        .unwrap();
+    // What a writer killed before its rename leaves: a partial temporary file, no segment.
+    let digest = cached.key(0).digest();
+    let leftover = dir.path().join(format!(".{digest}.99999.0.tmp"));
+    std::fs::write(&leftover, &complete[..complete.len() / 2]).unwrap();
+    drop(cached);
+
+    let reopened = DiskCache::open(dir.path()).unwrap();
+    assert_eq!(
+        reopened.stats().disk_bytes,
+        0,
+        "temporary files are not segments"
+    );
+    let cached = Cached::new(source(), counted(1, &calls), reopened);
+    let block = cached.blocks()[0];
+    assert_eq!(cached.read_block(0).unwrap(), expected(&block, 1));
+    let stats = cached.stats();
+    assert_eq!(
+        (stats.misses, stats.corrupt_segments),
+        (1, 0),
+        "a clean miss, nothing corrupt"
+    );
+    assert_eq!(cached.read_block(0).unwrap(), expected(&block, 1));
+    assert_eq!(cached.stats().disk_hits, 1);
+}
+
+#[test]
+fn a_changed_transform_fingerprint_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Arc::new(DiskCache::open(dir.path()).unwrap());
+    let calls = Arc::new(AtomicU64::new(0));
+    let v1 = Cached::new(source(), counted(1, &calls), Arc::clone(&disk));
+    v1.warm().unwrap();
+    let v2 = Cached::new(source(), counted(2, &calls), Arc::clone(&disk));
+    assert_ne!(v1.key(0), v2.key(0));
+    let block = v2.blocks()[0];
+    assert_eq!(
+        v2.read_block(0).unwrap(),
+        expected(&block, 2),
+        "no stale version-1 data"
+    );
+    assert_eq!(disk.stats().disk_hits, 0);
+    // Both versions now live side by side.
+    assert_eq!(v1.read_block(0).unwrap(), expected(&block, 1));
+    assert_eq!(disk.stats().disk_hits, 1);
+}
+
+#[test]
+fn warm_builds_everything_once_in_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let source = MemorySource::with_ids(&[&[50, 50, 7], &[31], &[0, 12]]);
+    let cached = Cached::new(
+        source,
+        counted(1, &calls),
+        DiskCache::open(dir.path()).unwrap(),
+    );
+    let report = cached.warm().unwrap();
+    assert_eq!(report.blocks, 6);
+    assert_eq!(report.built, 6);
+    assert_eq!(report.bytes_written, cached.stats().bytes_written);
+    assert_eq!(calls.load(Ordering::Relaxed), 150);
+    let again = cached.warm().unwrap();
+    assert_eq!((again.built, again.already_cached), (0, 6));
+    for (index, block) in cached.blocks().iter().enumerate() {
+        assert_eq!(cached.read_block(index as u32).unwrap(), expected(block, 1));
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 150);
+}
+
+#[test]
+fn warm_reports_a_panicking_transform_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let exploding = transform_fn("explodes", 1, |id: u64| {
+        if id == 5 {
+            panic!("cannot build a graph for sample {id}");
+        }
+        Ok::<_, Infallible>(id)
+    });
+    let cached = Cached::new(source(), exploding, DiskCache::open(dir.path()).unwrap());
+    let error = cached.warm().unwrap_err();
+    assert!(matches!(error, Error::Panicked { .. }), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("block 1 (file 0)"), "{message}");
+    assert!(
+        message.contains("cannot build a graph for sample 5"),
+        "{message}"
+    );
+}
+
+#[test]
+fn transform_errors_name_block_file_and_row() {
+    #[derive(Debug, thiserror::Error)]
+    #[error("sample {0} has no neighbours")]
+    struct NoNeighbours(u64);
+    let dir = tempfile::tempdir().unwrap();
+    let failing = transform_fn("graph", 1, |id: u64| {
+        if id == 9 {
+            Err(NoNeighbours(id))
+        } else {
+            Ok(id)
+        }
+    });
+    let cached = Cached::new(source(), failing, DiskCache::open(dir.path()).unwrap());
+    let error = cached.read_block(2).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "transform failed on block 2 (file 1), row 2: sample 9 has no neighbours"
+    );
+    assert!(
+        !cached.disk().contains(&cached.key(2)),
+        "nothing cached for a failed block"
+    );
+}
+
+#[test]
+fn the_ram_tier_serves_repeated_reads_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls).with_ram_budget(1 << 20);
+    for _ in 0..3 {
+        for block in 0..3 {
+            cached.read_block(block).unwrap();
+        }
+    }
+    let stats = cached.stats();
+    assert_eq!(stats.misses, 3);
+    assert_eq!(stats.disk_hits, 0, "built segments go straight to RAM");
+    assert_eq!(stats.ram_hits, 6);
+    assert!(stats.ram_bytes > 0 && stats.ram_bytes <= 1 << 20);
+    let tiny = cached_in(&dir, 1, &calls).with_ram_budget(16);
+    tiny.read_block(0).unwrap();
+    tiny.read_block(0).unwrap();
+    assert_eq!((tiny.stats().ram_hits, tiny.stats().disk_hits), (0, 2));
+    assert_eq!(tiny.stats().ram_bytes, 0);
+}
+
+#[test]
+fn pod_records_are_viewed_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls).with_codec(PodCodec);
+    let block = cached.blocks()[2];
+    assert_eq!(cached.read_block(2).unwrap(), expected(&block, 1));
+    assert_eq!(cached.read_block(2).unwrap(), expected(&block, 1));
+    let segment = cached.disk().get(&cached.key(2)).unwrap().unwrap();
+    assert_eq!(segment.pod_record::<f32>(1), Some(&[8.0f32, 16.0, 1.0][..]));
+}
+
+#[test]
+fn concurrent_readers_agree_on_a_cold_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let source = MemorySource::with_ids(&[&[40; 8], &[25; 4]]);
+    let cached = Arc::new(Cached::new(
+        source,
+        counted(1, &calls),
+        DiskCache::open(dir.path()).unwrap(),
+    ));
+    std::thread::scope(|scope| {
+        for thread in 0..4u32 {
+            let cached = Arc::clone(&cached);
+            scope.spawn(move || {
+                for round in 0..3u32 {
+                    for step in 0..12u32 {
+                        let block = (step + thread * 3 + round) % 12;
+                        let expected = expected(&cached.blocks()[block as usize], 1);
+                        assert_eq!(cached.read_block(block).unwrap(), expected);
+                    }
+                }
+            });
+        }
+    });
+    let stats = cached.stats();
+    assert_eq!(stats.corrupt_segments, 0);
+    assert_eq!(stats.disk_hits + stats.misses, 4 * 3 * 12);
+    assert_eq!(
+        cached.warm().unwrap().built,
+        0,
+        "every segment on disk is whole"
+    );
+}
+
+#[test]
+fn the_layout_fingerprint_combines_source_transform_and_codec() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Arc::new(DiskCache::open(dir.path()).unwrap());
+    let a = Cached::new(source(), counted(1, &calls), Arc::clone(&disk));
+    let b = Cached::new(source(), counted(2, &calls), Arc::clone(&disk));
+    let c = Cached::new(source(), counted(1, &calls), Arc::clone(&disk)).with_codec(PodCodec);
+    let fingerprints = [a.fingerprint(), b.fingerprint(), c.fingerprint()];
+    assert_ne!(fingerprints[0], fingerprints[1]);
+    assert_ne!(fingerprints[0], fingerprints[2]);
+    assert_ne!(fingerprints[0], source().fingerprint());
+    assert_eq!(a.blocks(), source().blocks());
+    let _: Fingerprint = a.key(0).digest();
+    // Another source under the same transform and codec: another fingerprint and key.
+    let other = Cached::new(
+        MemorySource::with_ids(&[&[4, 3], &[6]]),
+        counted(1, &calls),
+        Arc::clone(&disk),
+    );
+    assert_ne!(other.fingerprint(), fingerprints[0]);
+    assert_ne!(other.key(0).digest(), a.key(0).digest());
+}
+
+/// A source that loses the last item of every block.
+struct ShortBlocks(MemorySource<u64>);
+
+impl BlockLayout for ShortBlocks {
+    fn blocks(&self) -> &[kiln_ml_core::Block] {
+        self.0.blocks()
+    }
+    fn fingerprint(&self) -> Fingerprint {
+        self.0.fingerprint()
+    }
+}
+
+impl BlockSource for ShortBlocks {
+    type Item = u64;
+    type Error = Infallible;
+
+    fn read_block(&self, block: kiln_ml_core::BlockIndex) -> Result<Vec<u64>, Infallible> {
+        let mut items = self.0.read_block(block).unwrap();
+        items.pop();
+        Ok(items)
+    }
+}
+
+/// A block with fewer items than rows is refused, naming the block and both counts, and
+/// nothing is cached: caching it would serve the short block under valid checksums for good.
+#[test]
+fn a_source_returning_the_wrong_number_of_items_is_refused_and_not_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let identity = transform_fn("identity", 1, Ok::<u64, Infallible>);
+    let cached = Cached::new(
+        ShortBlocks(MemorySource::with_ids(&[&[3, 2]])),
+        identity,
+        DiskCache::open(dir.path()).unwrap(),
+    );
+    for _ in 0..2 {
+        let error = cached.read_block(1).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, Error::Source { block: 1, .. }), "{message}");
+        assert!(
+            message.contains("1 items for a block of 2 rows"),
+            "{message}"
+        );
+    }
+    assert_eq!(cached.stats().disk_hits, 0);
+}

@@ -1,0 +1,377 @@
+//! Epoch plans: the emission order of one rank's samples and the block schedule behind it.
+
+use crate::block_finder::BlockFinder;
+use crate::{Block, BlockIndex, BlockLayout, Error, Position, Result, SampleId, Shard};
+
+/// When the loader needs a block: the plan positions of its first and last use.
+///
+/// A loader reads the block before position `first_use` is emitted and may free it once
+/// `last_use` has been emitted. Positions count from the start of the plan as it is now (after
+/// any resume skip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct BlockUse {
+    /// The block.
+    pub block: BlockIndex,
+    /// Position of the first sample taken from the block.
+    pub first_use: u64,
+    /// Position of the last sample taken from the block (inclusive).
+    pub last_use: u64,
+}
+
+/// One rank's plan for one epoch: which samples, in which order, from which blocks.
+///
+/// A plan is a pure value: samplers build it from the layout, seed, epoch and shard alone, and
+/// loaders execute it. It never depends on worker count or timing.
+///
+/// # The sharding rule
+///
+/// The epoch has one global order, independent of the world size. It is cut into global batches
+/// of `batch_size × world` samples; rank `r` takes the `r`-th run of `batch_size` samples of each.
+/// So local position `p` of rank `r` is global position
+/// `(p / batch_size) × batch_size × world + r × batch_size + p % batch_size`.
+/// A [`Position`] counts global samples; it maps to a local offset exactly when it falls on a
+/// global-batch boundary, and positions off a boundary are refused (the loader would otherwise
+/// cut every later batch differently from an uninterrupted run). Resuming on a different world size
+/// is therefore exact whenever the new global batch divides the consumed count, for instance when
+/// the global batch size is kept and only the ranks change.
+///
+/// ```
+/// use kiln_ml_core::{Layout, Fingerprint, Plan, Position, Shard};
+///
+/// let mut builder = Layout::builder();
+/// builder.add_file(Fingerprint::of_bytes(b"f"), &[4, 4]);
+/// let layout = builder.build().unwrap();
+/// let plan = Plan::new(0, Shard::SINGLE, 2, vec![4, 5, 0, 1, 6, 7, 2, 3], &layout).unwrap();
+/// assert_eq!(plan.schedule()[0].block, 1);
+/// let resumed = plan.skip_to(Position { epoch: 0, consumed: 2 }).unwrap();
+/// assert_eq!(resumed.order(), &[0, 1, 6, 7, 2, 3]);
+/// ```
+// Not `Deserialize`: a plan is regenerated from its request and a `Position`, never trusted
+// from outside, because a hand-made one could break the invariants `Plan::new` checks.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Plan {
+    epoch: u64,
+    shard: Shard,
+    batch_size: u64,
+    already_consumed: u64,
+    order: Vec<SampleId>,
+    schedule: Vec<BlockUse>,
+}
+
+impl Plan {
+    /// Builds a plan from one rank's emission order, deriving the block schedule from the layout.
+    ///
+    /// `batch_size` is the per-rank batch size the order was sharded with (any value `>= 1` for a
+    /// single rank). Fails if a sample id is not in the layout.
+    pub fn new(
+        epoch: u64,
+        shard: Shard,
+        batch_size: u64,
+        order: Vec<SampleId>,
+        layout: &(impl BlockLayout + ?Sized),
+    ) -> Result<Self> {
+        if batch_size == 0 {
+            return Err(Error::ZeroBatchSize);
+        }
+        let schedule = schedule_of(&order, layout.blocks())?;
+        Ok(Self {
+            epoch,
+            shard,
+            batch_size,
+            already_consumed: 0,
+            order,
+            schedule,
+        })
+    }
+
+    /// The epoch this plan is for.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The shard this plan is for.
+    pub fn shard(&self) -> Shard {
+        self.shard
+    }
+
+    /// The per-rank batch size the plan was sharded with.
+    pub fn batch_size(&self) -> u64 {
+        self.batch_size
+    }
+
+    /// Samples of this rank's plan skipped at the front when it was resumed.
+    pub fn already_consumed(&self) -> u64 {
+        self.already_consumed
+    }
+
+    /// The samples still to emit, in order.
+    pub fn order(&self) -> &[SampleId] {
+        &self.order
+    }
+
+    /// Number of samples still to emit.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether nothing is left to emit.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The blocks the remaining samples come from, sorted by first use.
+    pub fn schedule(&self) -> &[BlockUse] {
+        &self.schedule
+    }
+
+    /// Heap bytes held by the plan (order and schedule).
+    pub fn heap_bytes(&self) -> usize {
+        self.order.capacity() * size_of::<SampleId>()
+            + self.schedule.capacity() * size_of::<BlockUse>()
+    }
+
+    /// The position to save after `delivered` samples of this plan have been consumed.
+    ///
+    /// Delivering the whole plan gives the start of the next epoch. Otherwise `delivered` must
+    /// end on a batch boundary: resuming mid-batch would cut every later batch differently.
+    pub fn position_after(&self, delivered: u64) -> Result<Position> {
+        let invalid = |reason: String| Error::InvalidPosition {
+            position: Position {
+                epoch: self.epoch,
+                consumed: delivered,
+            },
+            plan_epoch: self.epoch,
+            reason,
+        };
+        if delivered > self.len() as u64 {
+            return Err(invalid(format!(
+                "only {} samples remain in the plan",
+                self.len()
+            )));
+        }
+        if delivered == self.len() as u64 {
+            return Ok(Position::start_of(self.epoch + 1));
+        }
+        let local = self.already_consumed + delivered;
+        let world = u64::from(self.shard.world());
+        if !local.is_multiple_of(self.batch_size) {
+            return Err(invalid(format!(
+                "{local} is not a multiple of the batch size {}: resume only at batch boundaries",
+                self.batch_size
+            )));
+        }
+        Ok(Position {
+            epoch: self.epoch,
+            consumed: local * world,
+        })
+    }
+
+    /// The plan that remains after `position`: the consumed prefix dropped, the schedule shifted.
+    ///
+    /// The remaining order is exactly the suffix an uninterrupted run would still emit.
+    pub fn skip_to(mut self, position: Position) -> Result<Self> {
+        let invalid = |reason: String| Error::InvalidPosition {
+            position,
+            plan_epoch: self.epoch,
+            reason,
+        };
+        if position.epoch != self.epoch {
+            return Err(invalid("the position is for another epoch".to_owned()));
+        }
+        let world = u64::from(self.shard.world());
+        let global_batch = self.batch_size * world;
+        // Off a batch boundary the loader would cut every later batch differently from an
+        // uninterrupted run, so such positions are refused, on one rank as on many.
+        let local = if position.consumed.is_multiple_of(global_batch) {
+            position.consumed / world
+        } else {
+            return Err(invalid(format!(
+                "{} consumed samples do not fall on a global batch boundary ({} x {} ranks)",
+                position.consumed, self.batch_size, world
+            )));
+        };
+        if local < self.already_consumed {
+            return Err(invalid(format!(
+                "the plan already starts after {} local samples",
+                self.already_consumed
+            )));
+        }
+        let skip = local - self.already_consumed;
+        if skip > self.order.len() as u64 {
+            // Past this rank's share: nothing left (a rank of an uneven tail).
+            return Err(invalid(format!(
+                "this rank's plan has only {} samples",
+                self.already_consumed + self.order.len() as u64
+            )));
+        }
+        self.order.drain(..skip as usize);
+        self.schedule.retain(|used| used.last_use >= skip);
+        for used in &mut self.schedule {
+            used.first_use = used.first_use.saturating_sub(skip);
+            used.last_use -= skip;
+        }
+        // A block whose first use was cut keeps its place: still sorted by first use, ties first.
+        self.schedule
+            .sort_by_key(|used| (used.first_use, used.block));
+        self.already_consumed = local;
+        Ok(self)
+    }
+}
+
+/// First and last use of every block the order touches, sorted by first use.
+fn schedule_of(order: &[SampleId], blocks: &[Block]) -> Result<Vec<BlockUse>> {
+    let samples = blocks.last().map_or(0, Block::end);
+    let mut uses: Vec<Option<(u64, u64)>> = vec![None; blocks.len()];
+    let finder = BlockFinder::new(blocks);
+    let mut cursor = finder.cursor();
+    for (position, &sample) in order.iter().enumerate() {
+        let (block, _) = cursor.place(sample).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "plan position {position} names sample {sample}, but the layout has {samples} samples"
+            ))
+        })?;
+        let position = position as u64;
+        let entry = &mut uses[block as usize];
+        match entry {
+            Some((_, last)) => *last = position,
+            None => *entry = Some((position, position)),
+        }
+    }
+    let mut schedule: Vec<BlockUse> = uses
+        .into_iter()
+        .enumerate()
+        .filter_map(|(block, used)| {
+            used.map(|(first_use, last_use)| BlockUse {
+                block: block as BlockIndex,
+                first_use,
+                last_use,
+            })
+        })
+        .collect();
+    schedule.sort_by_key(|used| (used.first_use, used.block));
+    Ok(schedule)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Fingerprint, Layout};
+
+    fn layout(block_rows: &[u64]) -> Layout {
+        let mut builder = Layout::builder();
+        builder.add_file(Fingerprint::of_bytes(b"file"), block_rows);
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn schedule_records_first_and_last_use() {
+        let layout = layout(&[2, 2, 2]);
+        let plan = Plan::new(0, Shard::SINGLE, 1, vec![2, 0, 3, 1, 4, 5], &layout).unwrap();
+        let expected = [
+            BlockUse {
+                block: 1,
+                first_use: 0,
+                last_use: 2,
+            },
+            BlockUse {
+                block: 0,
+                first_use: 1,
+                last_use: 3,
+            },
+            BlockUse {
+                block: 2,
+                first_use: 4,
+                last_use: 5,
+            },
+        ];
+        assert_eq!(plan.schedule(), &expected);
+    }
+
+    #[test]
+    fn unknown_samples_are_rejected_with_their_position() {
+        let error = Plan::new(0, Shard::SINGLE, 1, vec![0, 9], &layout(&[2])).unwrap_err();
+        assert!(
+            error.to_string().contains("plan position 1 names sample 9"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn skip_drops_the_prefix_and_shifts_the_schedule() {
+        let layout = layout(&[2, 2, 2]);
+        let plan = Plan::new(3, Shard::SINGLE, 1, vec![2, 0, 3, 1, 4, 5], &layout).unwrap();
+        let resumed = plan
+            .skip_to(Position {
+                epoch: 3,
+                consumed: 3,
+            })
+            .unwrap();
+        assert_eq!(resumed.order(), &[1, 4, 5]);
+        assert_eq!(resumed.already_consumed(), 3);
+        let blocks: Vec<_> = resumed
+            .schedule()
+            .iter()
+            .map(|used| (used.block, used.first_use, used.last_use))
+            .collect();
+        assert_eq!(blocks, vec![(0, 0, 0), (2, 1, 2)]);
+        assert_eq!(
+            resumed.position_after(1).unwrap(),
+            Position {
+                epoch: 3,
+                consumed: 4
+            }
+        );
+        assert_eq!(resumed.position_after(3).unwrap(), Position::start_of(4));
+    }
+
+    #[test]
+    fn multi_rank_positions_count_global_samples() {
+        let layout = layout(&[16]);
+        let shard = Shard::new(1, 2).unwrap();
+        // Rank 1 of 2 with batch 2 takes global positions 2,3, 6,7, 10,11, 14,15.
+        let plan = Plan::new(0, shard, 2, vec![2, 3, 6, 7, 10, 11, 14, 15], &layout).unwrap();
+        assert_eq!(plan.position_after(4).unwrap().consumed, 8);
+        assert!(plan.position_after(3).is_err());
+        let resumed = plan
+            .skip_to(Position {
+                epoch: 0,
+                consumed: 8,
+            })
+            .unwrap();
+        assert_eq!(resumed.order(), &[10, 11, 14, 15]);
+        let off_boundary = Plan::new(0, shard, 2, vec![2, 3], &layout)
+            .unwrap()
+            .skip_to(Position {
+                epoch: 0,
+                consumed: 2,
+            });
+        assert!(matches!(off_boundary, Err(Error::InvalidPosition { .. })));
+    }
+
+    #[test]
+    fn single_rank_positions_must_fall_on_batch_boundaries() {
+        let plan = Plan::new(0, Shard::SINGLE, 4, (0..12).collect(), &layout(&[12])).unwrap();
+        assert_eq!(plan.position_after(8).unwrap().consumed, 8);
+        assert!(plan.position_after(6).is_err());
+        let error = plan
+            .skip_to(Position {
+                epoch: 0,
+                consumed: 6,
+            })
+            .unwrap_err();
+        assert!(error.to_string().contains("batch boundary"), "{error}");
+    }
+
+    #[test]
+    fn wrong_epoch_is_rejected() {
+        let plan = Plan::new(1, Shard::SINGLE, 1, vec![0], &layout(&[1])).unwrap();
+        let error = plan.skip_to(Position::start_of(2)).unwrap_err();
+        assert!(error.to_string().contains("another epoch"), "{error}");
+    }
+
+    #[test]
+    fn zero_batch_size_is_rejected() {
+        let error = Plan::new(0, Shard::SINGLE, 0, vec![], &layout(&[1])).unwrap_err();
+        assert_eq!(error, Error::ZeroBatchSize);
+    }
+}

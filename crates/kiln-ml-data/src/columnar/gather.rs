@@ -1,0 +1,240 @@
+//! Gathering rows of decoded chunks into one `RecordBatch`, in the rows' order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    ArrowPrimitiveType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch, UInt32Array};
+use arrow_schema::{ArrowError, DataType};
+use arrow_select::interleave::interleave;
+use arrow_select::take::take_record_batch;
+
+use crate::ArrowRow;
+
+/// The rows, in the given order, as one `RecordBatch` assembled column by column.
+///
+/// The rows must come from chunks of one schema, as every row a
+/// [`ParquetSource`](crate::ParquetSource) decodes does (its chunks are conformed to the
+/// source's schema). Each column is built with one Arrow kernel call over the chunks the rows
+/// come from: a zero-copy slice when the rows are a consecutive run of one chunk (a sequential
+/// plan), `take` when they all come from one chunk, and `interleave` otherwise (a shuffled plan).
+/// An empty slice gives `None`: there is no schema to give an empty batch.
+///
+/// Fails only where Arrow does: chunks of different schemas, or a variable-width column whose
+/// gathered values pass its offset type's limit (2 GiB for `Utf8` and `Binary`).
+///
+/// ```
+/// use std::sync::Arc;
+/// use kiln_ml_data::arrow_array::{Int64Array, RecordBatch, cast::AsArray, types::Int64Type};
+/// use kiln_ml_data::{gather_rows, ArrowRows, RowDecoder};
+///
+/// let chunk = |values: Vec<i64>| {
+///     RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(values)) as _)]).unwrap()
+/// };
+/// let mut rows = Vec::new();
+/// ArrowRows.decode(&chunk(vec![0, 1, 2]), &mut rows).unwrap();
+/// ArrowRows.decode(&chunk(vec![10, 11]), &mut rows).unwrap();
+/// // A shuffled batch: rows of both chunks, interleaved.
+/// let order = [&rows[4], &rows[0], &rows[2], &rows[3]];
+/// let batch = gather_rows(order.iter().map(|row| (*row).clone()).collect::<Vec<_>>().as_slice())
+///     .unwrap()
+///     .unwrap();
+/// let ids = batch.column(0).as_primitive::<Int64Type>();
+/// assert_eq!(ids.values(), &[11, 0, 2, 10]);
+/// ```
+pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let (first_chunk, first_row) = first.chunk();
+    let one_chunk = rows
+        .iter()
+        .all(|row| std::ptr::eq(row.chunk().0, first_chunk));
+    if one_chunk {
+        let consecutive = rows
+            .iter()
+            .enumerate()
+            .all(|(offset, row)| row.chunk().1 == first_row + offset);
+        if consecutive {
+            return Ok(Some(first_chunk.slice(first_row, rows.len())));
+        }
+        let indices: UInt32Array = rows
+            .iter()
+            .map(|row| u32::try_from(row.chunk().1).ok())
+            .collect();
+        return take_record_batch(first_chunk, &indices).map(Some);
+    }
+    let (chunks, indices) = chunk_indices(rows);
+    let schema = first_chunk.schema();
+    let columns = (0..schema.fields().len())
+        .map(|column| {
+            if let Some(gathered) = gather_plain(&chunks, column, &indices) {
+                return Ok(gathered);
+            }
+            let arrays: Vec<&dyn Array> = chunks
+                .iter()
+                .map(|chunk| chunk.column(column).as_ref())
+                .collect();
+            interleave(&arrays, &indices)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema, columns).map(Some)
+}
+
+/// A numeric column without nulls, gathered value by value; `None` for any other column (left
+/// to `interleave`).
+///
+/// In a shuffled batch nearly every row comes from another chunk, so `interleave`'s checks per
+/// input array (type, nulls) cost about as much as the values themselves; here each chunk's
+/// values are looked up once per column and the gather is a plain indexed copy.
+fn gather_plain(
+    chunks: &[&RecordBatch],
+    column: usize,
+    indices: &[(usize, usize)],
+) -> Option<ArrayRef> {
+    macro_rules! by_type {
+        ($($data_type:ident => $arrow:ty),* $(,)?) => {
+            match chunks.first()?.column(column).data_type() {
+                $(DataType::$data_type => gather_values::<$arrow>(chunks, column, indices),)*
+                _ => None,
+            }
+        };
+    }
+    by_type!(
+        Float32 => Float32Type, Float64 => Float64Type, Float16 => Float16Type,
+        Int8 => Int8Type, Int16 => Int16Type, Int32 => Int32Type, Int64 => Int64Type,
+        UInt8 => UInt8Type, UInt16 => UInt16Type, UInt32 => UInt32Type, UInt64 => UInt64Type,
+    )
+}
+
+fn gather_values<T: ArrowPrimitiveType>(
+    chunks: &[&RecordBatch],
+    column: usize,
+    indices: &[(usize, usize)],
+) -> Option<ArrayRef> {
+    let values: Vec<&[T::Native]> = chunks
+        .iter()
+        .map(|chunk| {
+            let array = chunk.column(column).as_primitive_opt::<T>()?;
+            (array.null_count() == 0).then(|| array.values().as_ref())
+        })
+        .collect::<Option<_>>()?;
+    let gathered: Vec<T::Native> = indices
+        .iter()
+        .map(|&(chunk, row)| values[chunk][row])
+        .collect();
+    Some(Arc::new(PrimitiveArray::<T>::from_iter_values(gathered)))
+}
+
+/// The distinct chunks the rows come from (in order of first appearance) and, per row, its
+/// chunk's index among them and its row in that chunk.
+fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&RecordBatch>, Vec<(usize, usize)>) {
+    let mut chunks: Vec<&RecordBatch> = Vec::new();
+    let mut index_of: HashMap<*const RecordBatch, usize> = HashMap::new();
+    // Neighbouring rows usually share a chunk: checking the last one first skips most lookups.
+    let mut last: Option<(*const RecordBatch, usize)> = None;
+    let indices = rows
+        .iter()
+        .map(|row| {
+            let (chunk, offset) = row.chunk();
+            let key = std::ptr::from_ref(chunk);
+            let index = match last {
+                Some((seen, index)) if seen == key => index,
+                _ => *index_of.entry(key).or_insert_with(|| {
+                    chunks.push(chunk);
+                    chunks.len() - 1
+                }),
+            };
+            last = Some((key, index));
+            (index, offset)
+        })
+        .collect();
+    (chunks, indices)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::{Int64Array, StringArray};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{ArrowRows, RowDecoder};
+
+    fn chunk(ids: std::ops::Range<i64>) -> RecordBatch {
+        let names: StringArray = ids.clone().map(|id| Some(format!("n{id}"))).collect();
+        RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from_iter_values(ids)) as _),
+            ("name", Arc::new(names) as _),
+        ])
+        .unwrap()
+    }
+
+    /// Three chunks of ids 0..5, 100..103 and 200..207, decoded as rows.
+    fn rows() -> Vec<ArrowRow> {
+        let mut rows = Vec::new();
+        for ids in [0..5, 100..103, 200..207] {
+            ArrowRows.decode(&chunk(ids), &mut rows).unwrap();
+        }
+        rows
+    }
+
+    fn ids(batch: &RecordBatch) -> Vec<i64> {
+        batch
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec()
+    }
+
+    #[test]
+    fn a_consecutive_run_is_a_slice_of_its_chunk() {
+        let rows = rows();
+        let batch = gather_rows(&rows[1..4]).unwrap().unwrap();
+        assert_eq!(ids(&batch), [1, 2, 3]);
+        let (chunk, _) = rows[1].chunk();
+        // Zero-copy: the gathered column shares the chunk's buffer.
+        let source = chunk.column(0).as_primitive::<Int64Type>().values().inner();
+        let gathered = batch.column(0).as_primitive::<Int64Type>().values().inner();
+        assert_eq!(source.as_ptr(), gathered.as_ptr().wrapping_sub(8));
+    }
+
+    #[test]
+    fn rows_of_one_chunk_out_of_order_are_taken() {
+        let rows = rows();
+        let picked: Vec<ArrowRow> = [3, 0, 0, 4].iter().map(|&i| rows[i].clone()).collect();
+        let batch = gather_rows(&picked).unwrap().unwrap();
+        assert_eq!(ids(&batch), [3, 0, 0, 4]);
+        assert_eq!(batch.column(1).as_string::<i32>().value(1), "n0");
+    }
+
+    #[test]
+    fn empty_gives_none() {
+        assert!(gather_rows(&[]).unwrap().is_none());
+    }
+
+    proptest! {
+        /// Any selection of rows, repeats included, comes out in its order, every column.
+        #[test]
+        fn any_order_is_kept(picks in proptest::collection::vec(0usize..15, 1..40)) {
+            let rows = rows();
+            let picked: Vec<ArrowRow> = picks.iter().map(|&i| rows[i].clone()).collect();
+            let batch = gather_rows(&picked).unwrap().unwrap();
+            let expected: Vec<i64> = picked
+                .iter()
+                .map(|row| {
+                    let (chunk, offset) = row.chunk();
+                    chunk.column(0).as_primitive::<Int64Type>().value(offset)
+                })
+                .collect();
+            prop_assert_eq!(ids(&batch), expected.clone());
+            let names = batch.column(1).as_string::<i32>();
+            for (offset, id) in expected.iter().enumerate() {
+                prop_assert_eq!(names.value(offset), format!("n{id}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The adapter that lets any Burn `Batcher` collate the loader's batches.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::tensor::backend::Backend;
+
+use super::collate::Collate;
+
+/// Collates with a Burn [`Batcher`] on a device: `batcher.batch(items, &device)` on the
+/// loader's worker threads, as Burn's own multi-threaded data loader does.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::data::dataloader::batcher::Batcher;
+/// use burn::tensor::{Tensor, TensorData, backend::Backend};
+/// use kiln_ml_data::{BurnCollate, Collate};
+///
+/// #[derive(Clone)]
+/// struct Stack;
+///
+/// impl<B: Backend> Batcher<B, Vec<f32>, Tensor<B, 2>> for Stack {
+///     fn batch(&self, items: Vec<Vec<f32>>, device: &B::Device) -> Tensor<B, 2> {
+///         let width = items[0].len();
+///         let rows = items.len();
+///         let values: Vec<f32> = items.into_iter().flatten().collect();
+///         Tensor::from_data(TensorData::new(values, [rows, width]), device)
+///     }
+/// }
+///
+/// let collate = BurnCollate::<Flex, _, Tensor<Flex, 2>>::new(Stack, Default::default());
+/// let batch = collate.collate(vec![vec![1.0, 2.0], vec![3.0, 4.0]]);
+/// assert_eq!(batch.dims(), [2, 2]);
+/// ```
+pub struct BurnCollate<B: Backend, T, O> {
+    batcher: T,
+    device: B::Device,
+    output: PhantomData<fn() -> O>,
+}
+
+impl<B: Backend, T, O> BurnCollate<B, T, O> {
+    /// Collates with `batcher`, creating batches on `device`.
+    pub fn new(batcher: T, device: B::Device) -> Self {
+        Self {
+            batcher,
+            device,
+            output: PhantomData,
+        }
+    }
+
+    /// The device batches are created on.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+}
+
+impl<B: Backend, T: Clone, O> Clone for BurnCollate<B, T, O> {
+    fn clone(&self) -> Self {
+        Self::new(self.batcher.clone(), self.device.clone())
+    }
+}
+
+impl<B: Backend, T, O> fmt::Debug for BurnCollate<B, T, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BurnCollate")
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B, T, I, O> Collate<I> for BurnCollate<B, T, O>
+where
+    B: Backend,
+    T: Batcher<B, I, O>,
+    O: Send,
+{
+    type Output = O;
+    fn collate(&self, items: Vec<I>) -> O {
+        self.batcher.batch(items, &self.device)
+    }
+}

@@ -1,0 +1,150 @@
+//! One epoch's batches and block uses, as the loader executes them.
+
+use std::ops::Range;
+
+use kiln_ml_core::{BlockIndex, BlockLayout, BlockUse, Plan};
+
+use crate::{Error, Result};
+
+/// The part of a plan an epoch delivers (all of it, or whole batches only with `drop_last`),
+/// cut into batches, with the blocks it reads sorted by first use.
+#[derive(Debug, Clone)]
+pub(crate) struct EpochSchedule {
+    pub(crate) batch_size: u64,
+    /// Plan positions delivered: `0..positions`.
+    pub(crate) positions: u64,
+    pub(crate) batches: u64,
+    /// Index of the epoch's first batch among all its batches: non-zero after a resume.
+    pub(crate) first_batch: u64,
+    /// Blocks read, sorted by first use (as the plan gives them).
+    pub(crate) uses: Vec<BlockUse>,
+    /// `(last_use, block)` sorted, to free blocks in order.
+    pub(crate) by_last_use: Vec<(u64, BlockIndex)>,
+}
+
+impl EpochSchedule {
+    pub(crate) fn new(plan: &Plan, drop_last: bool) -> Self {
+        let batch_size = plan.batch_size();
+        let len = plan.len() as u64;
+        let positions = if drop_last {
+            len / batch_size * batch_size
+        } else {
+            len
+        };
+        let uses: Vec<BlockUse> = plan
+            .schedule()
+            .iter()
+            .filter(|used| used.first_use < positions)
+            .copied()
+            .collect();
+        let mut by_last_use: Vec<(u64, BlockIndex)> = uses
+            .iter()
+            .map(|used| (used.last_use, used.block))
+            .collect();
+        by_last_use.sort_unstable();
+        Self {
+            batch_size,
+            positions,
+            batches: positions.div_ceil(batch_size),
+            first_batch: plan.already_consumed() / batch_size,
+            uses,
+            by_last_use,
+        }
+    }
+
+    /// Plan positions of batch `batch`.
+    pub(crate) fn batch_range(&self, batch: u64) -> Range<u64> {
+        let start = batch * self.batch_size;
+        start..(start + self.batch_size).min(self.positions)
+    }
+
+    /// The first plan position not needed by batches `0..batches`.
+    pub(crate) fn end_of_batches(&self, batches: u64) -> u64 {
+        batches.saturating_mul(self.batch_size).min(self.positions)
+    }
+
+    /// How many blocks (a prefix of `uses`) are first used before `position`.
+    pub(crate) fn uses_before(&self, position: u64) -> usize {
+        self.uses.partition_point(|used| used.first_use < position)
+    }
+
+    /// The batch that first needs a block's samples.
+    pub(crate) fn batch_of(&self, position: u64) -> u64 {
+        position / self.batch_size
+    }
+}
+
+/// Whether each plan position is the last occurrence of its sample, so the loader can move it
+/// out of its block instead of cloning; `None` when no sample repeats (the usual case).
+///
+/// Fails when a sample id is outside the layout.
+pub(crate) fn last_occurrences(
+    order: &[u64],
+    layout: &(impl BlockLayout + ?Sized),
+) -> Result<Option<Vec<bool>>> {
+    let samples = layout.num_samples();
+    let mut seen = vec![0u64; samples.div_ceil(64) as usize];
+    let mut repeats = false;
+    for (position, &sample) in order.iter().enumerate() {
+        if sample >= samples {
+            return Err(Error::PlanMismatch {
+                reason: format!(
+                    "plan position {position} names sample {sample}, but the source has {samples}"
+                ),
+            });
+        }
+        let (word, bit) = ((sample / 64) as usize, 1u64 << (sample % 64));
+        repeats |= seen[word] & bit != 0;
+        seen[word] |= bit;
+    }
+    if !repeats {
+        return Ok(None);
+    }
+    seen.fill(0);
+    let mut last = vec![false; order.len()];
+    for (position, &sample) in order.iter().enumerate().rev() {
+        let (word, bit) = ((sample / 64) as usize, 1u64 << (sample % 64));
+        last[position] = seen[word] & bit == 0;
+        seen[word] |= bit;
+    }
+    Ok(Some(last))
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_ml_core::{Fingerprint, Layout, Shard};
+
+    use super::*;
+
+    fn layout(blocks: &[u64]) -> Layout {
+        let mut builder = Layout::builder();
+        builder.add_file(Fingerprint::of_bytes(b"f"), blocks);
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn batches_cover_the_plan_and_drop_last_trims() {
+        let layout = layout(&[4, 3]);
+        let plan = Plan::new(0, Shard::SINGLE, 3, (0..7).collect(), &layout).unwrap();
+        let all = EpochSchedule::new(&plan, false);
+        assert_eq!(all.batches, 3);
+        assert_eq!(all.batch_range(2), 6..7);
+        let trimmed = EpochSchedule::new(&plan, true);
+        assert_eq!(trimmed.batches, 2);
+        assert_eq!(trimmed.batch_range(1), 3..6);
+        assert_eq!(trimmed.uses_before(6), 2);
+        assert_eq!(trimmed.uses_before(4), 1);
+    }
+
+    #[test]
+    fn repeats_are_moved_only_at_their_last_occurrence() {
+        let layout = layout(&[4]);
+        assert_eq!(last_occurrences(&[3, 1, 2, 0], &layout).unwrap(), None);
+        let last = last_occurrences(&[3, 1, 3, 0, 1], &layout)
+            .unwrap()
+            .unwrap();
+        assert_eq!(last, [false, false, true, true, true]);
+        let error = last_occurrences(&[4], &layout).unwrap_err();
+        assert!(error.to_string().contains("names sample 4"), "{error}");
+    }
+}

@@ -1,0 +1,277 @@
+//! Where Burn's GPU runtimes (CubeCL: CUDA and wgpu) keep their autotune results and compiled
+//! kernels, how hard they tune, and where they log what they compile.
+//!
+//! Left alone, CubeCL keeps its autotune cache in the `target/` folder of the Cargo project
+//! found above the current directory (so a binary run from elsewhere tunes again on every
+//! run), caches no compiled kernel, and logs nothing: the first training step compiles and
+//! tunes for minutes in silence on a cold GPU. kiln chooses instead: a user cache directory
+//! for both caches, the autotune level a training preset asks for
+//! (`kiln_ml_train::Preset::autotune_level`), and a
+//! log of every kernel compiled and every tuning run, which the trainer's slow-first-step
+//! notice quotes.
+//!
+//! [`select`](crate::select) applies [`GpuTuning::from_env`] when it chooses a GPU;
+//! apply your own before it (and before any device exists) to choose otherwise:
+//!
+//! ```no_run
+//! use kiln_ml_core::AutotuneLevel;
+//! use kiln_ml_device::{DevicePreference, GpuTuning, select};
+//!
+//! GpuTuning::from_env()
+//!     .unwrap()
+//!     .with_autotune_level(AutotuneLevel::Minimal)
+//!     .apply()
+//!     .unwrap();
+//! let selection = select(DevicePreference::Auto).unwrap();
+//! ```
+//!
+//! Environment: `KILN_CACHE_DIR` moves kiln's cache root (default `$XDG_CACHE_HOME/kiln`, else
+//! `~/.cache/kiln`); `KILN_AUTOTUNE_LEVEL` sets the level. CubeCL's own variables
+//! (`CUBECL_AUTOTUNE_LEVEL`, `CUBECL_DEBUG_LOG`) still win over both.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use kiln_ml_core::AutotuneLevel;
+
+/// The settings applied, once per process.
+static APPLIED: OnceLock<GpuTuning> = OnceLock::new();
+
+/// CubeCL's process-wide settings as kiln chooses them: cache directory, autotune level,
+/// kernel log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuTuning {
+    cache_dir: PathBuf,
+    autotune_level: AutotuneLevel,
+    kernel_log: bool,
+    /// The device model the compiled kernels are for: CubeCL's kernel cache does not tell GPU
+    /// architectures apart, so each model gets its own folder.
+    device: Option<String>,
+}
+
+/// Why [`GpuTuning::apply`] could not apply its settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuTuningError {
+    /// CubeCL's settings were already read or set in this process (a GPU device was made, or
+    /// settings were applied before): they cannot change any more.
+    #[error(
+        "CubeCL's settings were already fixed in this process (by {by}); apply kiln's GPU \
+         settings before any GPU device or tensor is made"
+    )]
+    AlreadyConfigured {
+        /// Who fixed them: kiln (with its settings) or CubeCL itself.
+        by: String,
+    },
+    /// `KILN_AUTOTUNE_LEVEL` holds no level.
+    #[error("KILN_AUTOTUNE_LEVEL: {0}")]
+    BadLevel(String),
+}
+
+impl GpuTuning {
+    /// kiln's defaults: the cache root from the environment (see the module docs), CubeCL's
+    /// default autotune level unless `KILN_AUTOTUNE_LEVEL` names one, and the kernel log on.
+    /// Fails with [`GpuTuningError::BadLevel`] when `KILN_AUTOTUNE_LEVEL` names no level.
+    pub fn from_env() -> Result<Self, GpuTuningError> {
+        let autotune_level = match std::env::var("KILN_AUTOTUNE_LEVEL") {
+            Ok(text) => text.parse().map_err(GpuTuningError::BadLevel)?,
+            Err(_) => AutotuneLevel::default(),
+        };
+        Ok(Self {
+            cache_dir: default_cache_root().join("cubecl"),
+            autotune_level,
+            kernel_log: true,
+            device: None,
+        })
+    }
+
+    /// Keeps the compiled kernels of `device` (a GPU model's name, such as `cuda NVIDIA H200`)
+    /// apart from other models': [`select`](crate::select) names the one it chose.
+    pub fn for_device(mut self, device: &str) -> Self {
+        self.device = Some(device.to_owned());
+        self
+    }
+
+    /// Where compiled kernels are kept: a folder per device model under the cache directory.
+    pub fn compiled_dir(&self) -> PathBuf {
+        let model = self
+            .device
+            .as_deref()
+            .map_or_else(|| "any".to_owned(), slug);
+        self.cache_dir.join("compiled").join(model)
+    }
+
+    /// Keeps the autotune results and compiled kernels under `dir`.
+    pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = dir.into();
+        self
+    }
+
+    /// Tunes at `level` (a training preset's `autotune_level()`).
+    pub fn with_autotune_level(mut self, level: AutotuneLevel) -> Self {
+        self.autotune_level = level;
+        self
+    }
+
+    /// Logs every kernel compiled and every tuning run to [`kernel_log`](Self::kernel_log)
+    /// (on by default).
+    pub fn with_kernel_log(mut self, on: bool) -> Self {
+        self.kernel_log = on;
+        self
+    }
+
+    /// Where the caches live.
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache_dir
+    }
+
+    /// The autotune level.
+    pub fn autotune_level(&self) -> AutotuneLevel {
+        self.autotune_level
+    }
+
+    /// The kernel log's path, when it is on: `kernels.log` in the cache directory.
+    pub fn kernel_log(&self) -> Option<PathBuf> {
+        self.kernel_log.then(|| self.cache_dir.join("kernels.log"))
+    }
+
+    /// The settings applied in this process, if any were.
+    pub fn applied() -> Option<&'static GpuTuning> {
+        APPLIED.get()
+    }
+
+    /// Makes these CubeCL's settings for the rest of the process. Call it before any GPU device
+    /// or tensor exists; a second call, or one after CubeCL read its settings, fails with
+    /// [`GpuTuningError::AlreadyConfigured`] and changes nothing.
+    pub fn apply(self) -> Result<&'static GpuTuning, GpuTuningError> {
+        if let Some(applied) = APPLIED.get() {
+            return Err(GpuTuningError::AlreadyConfigured {
+                by: format!("kiln, with cache {}", applied.cache_dir.display()),
+            });
+        }
+        self.apply_to_cubecl()?;
+        if let Some(log) = self.kernel_log() {
+            // For the trainer's slow-first-step notice, which quotes the log's last line.
+            kiln_ml_core::set_kernel_log(log);
+        }
+        Ok(APPLIED.get_or_init(|| self))
+    }
+
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    fn apply_to_cubecl(&self) -> Result<(), GpuTuningError> {
+        use cubecl::config::autotune::{AutotuneLevel as Level, AutotuneLogLevel};
+        use cubecl::config::cache::CacheConfig;
+        use cubecl::config::compilation::CompilationLogLevel;
+        use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+
+        // A cubecl.toml or burn.toml above the current directory is read first, then kiln's
+        // choices, then CubeCL's environment variables, which win.
+        let mut config = CubeClRuntimeConfig::from_current_dir();
+        config.autotune.cache = CacheConfig::File(self.cache_dir.clone());
+        config.compilation.cache = Some(CacheConfig::File(self.compiled_dir()));
+        config.autotune.level = match self.autotune_level {
+            AutotuneLevel::Minimal => Level::Minimal,
+            AutotuneLevel::Balanced => Level::Balanced,
+            AutotuneLevel::Extensive => Level::Extensive,
+            AutotuneLevel::Full => Level::Full,
+        };
+        if let Some(log) = self.kernel_log() {
+            // The log's folder must exist for CubeCL to open it; a failure only loses the log.
+            let _ = std::fs::create_dir_all(&self.cache_dir);
+            config.compilation.logger.level = CompilationLogLevel::Basic;
+            config.compilation.logger.file = Some(log.clone());
+            config.autotune.logger.level = AutotuneLogLevel::Minimal;
+            config.autotune.logger.file = Some(log);
+        }
+        let config = config.override_from_env();
+        let mut storage = CubeClRuntimeConfig::storage().lock();
+        if storage.is_some() {
+            return Err(GpuTuningError::AlreadyConfigured {
+                by: "CubeCL (a GPU device or tensor was made first)".to_owned(),
+            });
+        }
+        *storage = Some(std::sync::Arc::new(config));
+        Ok(())
+    }
+
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    fn apply_to_cubecl(&self) -> Result<(), GpuTuningError> {
+        // Without a GPU backend there is no CubeCL runtime to configure.
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for GpuTuning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "kernel cache {}, autotune level {}",
+            self.cache_dir.display(),
+            self.autotune_level
+        )?;
+        if let Some(log) = self.kernel_log() {
+            write!(f, ", kernel log {}", log.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// A folder name for a device model: lowercase letters and digits, runs of others as `-`.
+fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_owned()
+}
+
+/// `KILN_CACHE_DIR`, else `$XDG_CACHE_HOME/kiln`, else `~/.cache/kiln`, else a folder in the
+/// temporary directory.
+fn default_cache_root() -> PathBuf {
+    let from = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    if let Some(dir) = from("KILN_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = from("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("kiln");
+    }
+    if let Some(home) = from("HOME") {
+        return PathBuf::from(home).join(".cache").join("kiln");
+    }
+    std::env::temp_dir().join("kiln-cache")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_name_their_parts() {
+        let tuning = GpuTuning::from_env()
+            .unwrap()
+            .with_cache_dir("/somewhere/kiln")
+            .with_autotune_level(AutotuneLevel::Full);
+        assert_eq!(tuning.cache_dir(), Path::new("/somewhere/kiln"));
+        assert_eq!(
+            tuning.kernel_log(),
+            Some(PathBuf::from("/somewhere/kiln/kernels.log"))
+        );
+        let text = tuning.to_string();
+        assert!(
+            text.contains("/somewhere/kiln") && text.contains("full"),
+            "{text}"
+        );
+        assert_eq!(
+            tuning
+                .clone()
+                .for_device("cuda NVIDIA H200 (SXM)")
+                .compiled_dir(),
+            PathBuf::from("/somewhere/kiln/compiled/cuda-nvidia-h200-sxm")
+        );
+        assert_eq!(tuning.with_kernel_log(false).kernel_log(), None);
+    }
+}

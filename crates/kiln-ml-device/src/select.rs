@@ -1,0 +1,178 @@
+//! Choosing the device for a preference, with the reason for each step.
+
+use crate::auto::{AutoPick, auto_pick};
+use crate::cuda::{CudaStatus, cuda_status};
+use crate::gpu_tuning::{GpuTuning, GpuTuningError};
+use crate::preference::DevicePreference;
+use crate::selection::Selection;
+use crate::vulkan::vulkan_adapters;
+
+/// Why a requested device cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SelectError {
+    /// CUDA was asked for, but no driver or device answered (or kiln lacks the `cuda` feature).
+    #[error("CUDA was requested but cannot be used: {reason}")]
+    CudaUnavailable {
+        /// Why, in words.
+        reason: String,
+    },
+    /// wgpu was asked for, but no Vulkan adapter answered (or kiln lacks the `wgpu` feature).
+    #[error("wgpu (Vulkan) was requested but cannot be used: {reason}")]
+    WgpuUnavailable {
+        /// Why, in words.
+        reason: String,
+    },
+    /// A GPU was chosen, but kiln's GPU settings from the environment are wrong.
+    #[error("the GPU settings: {0}")]
+    GpuTuning(GpuTuningError),
+}
+
+/// Picks the device for a preference. [`DevicePreference::Cuda`] and
+/// [`DevicePreference::Wgpu`] fail when that device cannot be used; `Auto` and `Cpu` never
+/// fail, and the selection says why each faster choice was passed over.
+///
+/// When it picks a GPU, it makes [`GpuTuning::from_env`] CubeCL's settings (cache directory,
+/// autotune level, kernel log) unless settings were applied before.
+pub fn select(preference: DevicePreference) -> Result<Selection, SelectError> {
+    let (selection, gpu_model) = choose(preference)?;
+    if let Some(model) = gpu_model {
+        let applied = GpuTuning::from_env()
+            .map_err(SelectError::GpuTuning)?
+            .for_device(&model)
+            .apply();
+        match applied {
+            // Applied now, or by the user before: either way the GPU runs with kiln's choice.
+            Ok(_) | Err(GpuTuningError::AlreadyConfigured { .. }) => {}
+            Err(error) => return Err(SelectError::GpuTuning(error)),
+        }
+    }
+    Ok(selection)
+}
+
+/// The choice of [`select`] before any setting is applied, with the chosen GPU's model (what
+/// its compiled kernels are kept under), from the probe that found it.
+fn choose(preference: DevicePreference) -> Result<(Selection, Option<String>), SelectError> {
+    match preference {
+        // Answered without probing: the CPU needs no driver, and `cuInit` can take seconds.
+        DevicePreference::Cpu => Ok((cpu("requested".to_owned()), None)),
+        DevicePreference::Cuda => match cuda_status() {
+            CudaStatus::Available { name, .. } => Ok(on_cuda(name)),
+            CudaStatus::Unavailable { reason } => Err(SelectError::CudaUnavailable { reason }),
+        },
+        DevicePreference::Wgpu => match vulkan_adapters() {
+            // The best adapter of any kind: asked for by name, lavapipe is a fine answer.
+            Ok(adapters) => Ok(on_wgpu(&adapters[0], "requested".to_owned())),
+            Err(reason) => Err(SelectError::WgpuUnavailable { reason }),
+        },
+        DevicePreference::Auto => {
+            let (cuda, no_cuda) = match cuda_status() {
+                CudaStatus::Available { name, .. } => (Some(name), String::new()),
+                CudaStatus::Unavailable { reason } => (None, reason),
+            };
+            // Vulkan is probed only when CUDA is not there to take.
+            let adapters = if cuda.is_some() {
+                Ok(Vec::new())
+            } else {
+                vulkan_adapters()
+            };
+            let listed = adapters.as_deref().unwrap_or_default();
+            match auto_pick(cuda, listed) {
+                AutoPick::Cuda(name) => Ok(on_cuda(name)),
+                AutoPick::Vulkan(adapter) => Ok(on_wgpu(adapter, format!("no CUDA: {no_cuda}"))),
+                AutoPick::Cpu => {
+                    let no_vulkan = match (&adapters, listed.first()) {
+                        (Err(reason), _) => reason.clone(),
+                        (Ok(_), Some(adapter)) => format!(
+                            "only a software Vulkan adapter ({}), slower than flex on the same \
+                             CPU; ask for it with the `wgpu` device",
+                            adapter.name
+                        ),
+                        (Ok(_), None) => "no Vulkan adapter found".to_owned(),
+                    };
+                    let reason = format!("no CUDA: {no_cuda}; no Vulkan GPU: {no_vulkan}");
+                    Ok((cpu(reason), None))
+                }
+            }
+        }
+    }
+}
+
+fn cpu(reason: String) -> Selection {
+    Selection::Cpu { reason }
+}
+
+#[cfg(feature = "cuda")]
+fn on_cuda(name: String) -> (Selection, Option<String>) {
+    (Selection::Cuda { index: 0 }, Some(format!("cuda {name}")))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn on_cuda(_name: String) -> (Selection, Option<String>) {
+    unreachable!("cuda_status() reports CUDA unavailable without the `cuda` feature")
+}
+
+#[cfg(feature = "wgpu")]
+fn on_wgpu(adapter: &crate::vulkan::VulkanAdapter, reason: String) -> (Selection, Option<String>) {
+    let model = Some(format!("vulkan {}", adapter.name));
+    let selection = Selection::Wgpu {
+        adapter: adapter.name.clone(),
+        kind: adapter.kind,
+        reason,
+    };
+    (selection, model)
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn on_wgpu(
+    _adapter: &crate::vulkan::VulkanAdapter,
+    _reason: String,
+) -> (Selection, Option<String>) {
+    unreachable!("vulkan_adapters() lists nothing without the `wgpu` feature")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vulkan::{VulkanStatus, vulkan_status};
+
+    #[test]
+    fn cpu_is_always_selectable() {
+        assert_eq!(select(DevicePreference::Cpu).unwrap().name(), "cpu");
+    }
+
+    #[test]
+    fn selection_tries_cuda_then_a_vulkan_gpu_then_cpu_and_explains() {
+        let auto = select(DevicePreference::Auto).unwrap();
+        let cuda = cuda_status();
+        let gpu_adapter = vulkan_adapters()
+            .ok()
+            .and_then(|adapters| adapters.into_iter().find(|adapter| adapter.is_gpu()));
+        match (&cuda, &gpu_adapter) {
+            (CudaStatus::Available { .. }, _) => assert_eq!(auto.name(), "cuda:0"),
+            (CudaStatus::Unavailable { .. }, Some(adapter)) => {
+                assert_eq!(auto.name(), format!("wgpu: {}", adapter.name))
+            }
+            (CudaStatus::Unavailable { reason }, None) => {
+                assert_eq!(auto.name(), "cpu");
+                // The Display of the CPU selection is its reason, which quotes the probes'.
+                let why = auto.to_string();
+                assert!(why.contains(reason.as_str()), "{why}");
+            }
+        }
+        if let CudaStatus::Unavailable { reason } = cuda {
+            let error = select(DevicePreference::Cuda).unwrap_err();
+            assert_eq!(error, SelectError::CudaUnavailable { reason });
+        }
+        match vulkan_status() {
+            VulkanStatus::Unavailable { reason } => {
+                let error = select(DevicePreference::Wgpu).unwrap_err();
+                assert_eq!(error, SelectError::WgpuUnavailable { reason });
+            }
+            VulkanStatus::Available { adapter, .. } => {
+                let chosen = select(DevicePreference::Wgpu).unwrap();
+                assert_eq!(chosen.name(), format!("wgpu: {adapter}"));
+            }
+        }
+    }
+}

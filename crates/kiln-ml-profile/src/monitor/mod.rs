@@ -1,0 +1,27 @@
+//! The device monitor: a background thread sampling NVML, a memory probe (Burn's CubeCL pool,
+//! the process heap) and the host's CPU and RAM, with min/mean/max summaries per phase and per
+//! epoch.
+
+mod builder;
+mod device_monitor;
+mod device_probe;
+mod heap;
+mod host;
+mod nvml;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod pool;
+mod record;
+mod sample;
+mod sampler;
+mod summary;
+
+pub use builder::DeviceMonitorBuilder;
+pub use device_monitor::{DeviceMonitor, THREAD_NAME};
+pub use device_probe::device_memory_probe;
+pub use heap::{HeapProbe, PeakAlloc};
+pub use nvml::{GpuInfo, nvml_gpus};
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use pool::CubePoolProbe;
+pub use record::{MonitorRecord, SourceStatus};
+pub use sample::DeviceSample;
+pub use summary::{MonitorSummary, Stats, by_epoch, by_phase, summarize};

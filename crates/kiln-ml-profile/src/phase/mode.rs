@@ -1,0 +1,74 @@
+//! How much the phase timer asks the trainer to sync the device.
+
+use kiln_ml_core::Timing;
+use serde::{Deserialize, Serialize};
+
+/// How a [`PhaseTimer`](crate::PhaseTimer) times steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingMode {
+    /// A device sync at every phase boundary: every phase measures its device work, at the
+    /// cost of the overlap between host and device (reported as sync time).
+    Accurate,
+    /// One device sync per step, so step times are the device's, and an accurate step (a sync
+    /// at every phase) every `every` steps, from which the split into phases is estimated.
+    /// The cheap default for long runs.
+    Cheap {
+        /// One accurate step in this many (at least 1).
+        every: u64,
+    },
+    /// No sync at all: phases measure how long the host took to enqueue work. Only right on
+    /// backends that execute eagerly on the host (flex).
+    Host,
+}
+
+impl TimingMode {
+    /// Cheap mode with one accurate step in 50.
+    pub const CHEAP: TimingMode = TimingMode::Cheap { every: 50 };
+
+    /// What this mode asks of the trainer for step `step`.
+    pub fn timing(self, step: u64) -> Timing {
+        match self {
+            TimingMode::Accurate => Timing::Phases,
+            TimingMode::Cheap { every } if step.is_multiple_of(every.max(1)) => Timing::Phases,
+            TimingMode::Cheap { .. } => Timing::Step,
+            TimingMode::Host => Timing::Host,
+        }
+    }
+
+    /// Whether step `step` has a device sync at every phase in this mode.
+    pub fn is_accurate_step(self, step: u64) -> bool {
+        self.timing(step) == Timing::Phases
+    }
+}
+
+impl Default for TimingMode {
+    fn default() -> Self {
+        TimingMode::CHEAP
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cheap_mode_syncs_once_per_step_and_fully_every_n() {
+        let mode = TimingMode::Cheap { every: 3 };
+        let timings: Vec<Timing> = (1..=6).map(|step| mode.timing(step)).collect();
+        assert_eq!(
+            timings,
+            [
+                Timing::Step,
+                Timing::Step,
+                Timing::Phases,
+                Timing::Step,
+                Timing::Step,
+                Timing::Phases
+            ]
+        );
+        assert_eq!(TimingMode::Cheap { every: 0 }.timing(7), Timing::Phases);
+        assert_eq!(TimingMode::Accurate.timing(2), Timing::Phases);
+        assert_eq!(TimingMode::Host.timing(2), Timing::Host);
+    }
+}

@@ -1,0 +1,157 @@
+//! `ThroughputMeter`: [`Throughput`] fed by the trainer's events.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kiln_ml_core::{Event, Observer, Phase, Timing};
+
+use crate::{Clock, Throughput, ThroughputReport, ThroughputSample};
+
+/// FLOPs of one optimizer step, given the samples it trained on.
+type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
+
+/// An [`Observer`] that keeps a [`Throughput`] window: one update per optimizer step (an
+/// accumulation window counts once), micro-batches from the trainer's backward phases, samples
+/// from `fit`'s `BatchReady` events (a hand-written loop over `train_batch` emits none: feed a
+/// [`Throughput`] yourself there), FLOPs from a closure or a per-sample count, and validation
+/// time left out of the elapsed time (Lightning #21291). It asks for one device sync per step
+/// ([`Timing::Step`]), so the time read after each step is the device's.
+///
+/// ```
+/// use kiln_ml_core::{Event, Observer, StepOutcome, StepReport};
+/// use kiln_ml_profile::{Clock, Throughput, ThroughputMeter};
+///
+/// let meter = ThroughputMeter::new(Clock::start(), Throughput::new().report_before_full(true));
+/// for step in 1..=3 {
+///     meter.on_event(&Event::BatchReady { epoch: 0, batch: step - 1, samples: 32, wait: Default::default() });
+///     std::thread::sleep(std::time::Duration::from_millis(2));
+///     meter.on_event(&Event::Step(StepReport {
+///         step, outcome: StepOutcome::Applied, loss: None, loss_scale: None, grad_norm: None,
+///         learning_rate: 0.1,
+///     }));
+/// }
+/// let report = meter.report().unwrap();
+/// assert!(report.samples_per_s > 0.0);
+/// ```
+pub struct ThroughputMeter {
+    clock: Clock,
+    step_flops: Option<StepFlops>,
+    state: Mutex<MeterState>,
+}
+
+impl std::fmt::Debug for ThroughputMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThroughputMeter")
+            .field("clock", &self.clock)
+            .field("counts_flops", &self.step_flops.is_some())
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+struct MeterState {
+    throughput: Throughput,
+    steps: u64,
+    micro_batches: u64,
+    samples: u64,
+    /// Samples when the last step ended, to tell each step's own.
+    samples_at_last_step: u64,
+    flops: f64,
+    excluded: Duration,
+    error: Option<String>,
+}
+
+impl ThroughputMeter {
+    /// A meter on `clock` feeding `throughput` (its window, warm-up and peak FLOPs).
+    pub fn new(clock: Clock, throughput: Throughput) -> Self {
+        Self {
+            clock,
+            step_flops: None,
+            state: Mutex::new(MeterState {
+                throughput,
+                steps: 0,
+                micro_batches: 0,
+                samples: 0,
+                samples_at_last_step: 0,
+                flops: 0.0,
+                excluded: Duration::ZERO,
+                error: None,
+            }),
+        }
+    }
+
+    /// Counts `flops` per trained sample (forward and backward: see
+    /// [`flops::training_step`](crate::flops::training_step)), for FLOP/s and MFU.
+    pub fn with_training_flops_per_sample(self, flops: f64) -> Self {
+        self.with_step_flops(move |samples| flops * samples as f64)
+    }
+
+    /// Counts the FLOPs of each optimizer step with `flops`, given the samples the step trained
+    /// on (a model whose cost is not linear in the batch, a sequence model counting tokens).
+    pub fn with_step_flops(mut self, flops: impl Fn(u64) -> f64 + Send + Sync + 'static) -> Self {
+        self.step_flops = Some(Box::new(flops));
+        self
+    }
+
+    /// The rates over the window, once it holds enough steps.
+    pub fn report(&self) -> Option<ThroughputReport> {
+        self.lock().throughput.compute()
+    }
+
+    /// The first error the window reported (counters cannot go backwards, so this means the
+    /// meter saw events of two runs), if any.
+    pub fn error(&self) -> Option<String> {
+        self.lock().error.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MeterState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Observer for ThroughputMeter {
+    fn on_event(&self, event: &Event) {
+        let mut state = self.lock();
+        match event {
+            Event::BatchReady { samples, .. } => state.samples += samples,
+            Event::PhaseEnd {
+                phase: Phase::Backward,
+                ..
+            } => state.micro_batches += 1,
+            Event::PhaseEnd {
+                phase: Phase::Validation,
+                elapsed,
+                ..
+            } => state.excluded += *elapsed,
+            Event::Step(_) => {
+                state.steps += 1;
+                let step_samples = state.samples - state.samples_at_last_step;
+                state.samples_at_last_step = state.samples;
+                if let Some(flops) = &self.step_flops {
+                    state.flops += flops(step_samples);
+                }
+                let sample = ThroughputSample {
+                    elapsed: self.clock.now().saturating_sub(state.excluded),
+                    optimizer_steps: state.steps,
+                    micro_batches: state.micro_batches,
+                    samples: state.samples,
+                    items: None,
+                    flops: self.step_flops.as_ref().map(|_| state.flops),
+                };
+                if let Err(error) = state.throughput.update(sample)
+                    && state.error.is_none()
+                {
+                    state.error = Some(error.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn timing(&self, _step: u64) -> Timing {
+        Timing::Step
+    }
+}

@@ -1,0 +1,66 @@
+//! The batch-size finder on kiln's real trainer and flex, with the heap as the device's memory
+//! (this test binary installs kiln-ml-profile's counting allocator), in process. (Trials in child
+//! processes: `finder_child.rs`.)
+
+use std::sync::Arc;
+
+use kiln_ml_profile::{BatchSizeFinder, FinderMode, HeapProbe, MemoryProbe, PeakAlloc};
+
+mod common;
+
+use common::{BUDGET, model, train};
+
+#[global_allocator]
+static ALLOCATOR: PeakAlloc = PeakAlloc::new();
+
+// The heap is the whole process's, so each test binary of the finder holds one test: no other
+// test's memory lands in its peaks.
+
+fn probe() -> Arc<dyn MemoryProbe> {
+    Arc::new(HeapProbe::new(&ALLOCATOR))
+}
+
+#[test]
+fn the_finder_meets_a_heap_budget_on_flex() {
+    binsearch_stops_at_the_budget_and_keeps_its_margin();
+    power_and_shrink_answer_sizes_that_fit();
+}
+
+fn binsearch_stops_at_the_budget_and_keeps_its_margin() {
+    let model = model();
+    let finder = BatchSizeFinder::new(FinderMode::BinSearch)
+        .probe(probe())
+        .budget_bytes(BUDGET);
+    let report = finder.run_restoring(&model, train).unwrap();
+    let largest = report.largest_fitting;
+    assert!(largest > 16, "{report:?}");
+    assert_eq!(report.found, (largest as f64 * 0.95) as usize);
+    // Every trial that fitted stayed under the budget, every other went over it.
+    for trial in &report.trials {
+        let peak = trial.peak_bytes.expect("the heap probe reads a peak");
+        assert_eq!(trial.fits, peak <= BUDGET, "{trial:?}");
+    }
+    // Checked apart from the search: the answer fits, a few more samples do not.
+    let check = |size| finder.try_size(size, |batch, steps| train(model.clone(), batch, steps));
+    assert!(check(report.found).unwrap().fits);
+    assert!(!check(largest + 8).unwrap().fits);
+}
+
+fn power_and_shrink_answer_sizes_that_fit() {
+    let model = model();
+    let power = BatchSizeFinder::new(FinderMode::Power)
+        .probe(probe())
+        .budget_bytes(BUDGET)
+        .run_restoring(&model, train)
+        .unwrap();
+    assert!(power.found.is_power_of_two(), "{power:?}");
+    let shrink = BatchSizeFinder::new(FinderMode::Shrink)
+        .start(4096)
+        .probe(probe())
+        .budget_bytes(BUDGET)
+        .run_restoring(&model, train)
+        .unwrap();
+    // Shrinking by 0.9 lands within 10% below the largest size that fits.
+    assert!(shrink.found >= power.found, "{shrink:?} vs {power:?}");
+    assert!(shrink.trials.iter().rev().skip(1).all(|trial| !trial.fits));
+}

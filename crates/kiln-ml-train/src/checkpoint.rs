@@ -1,0 +1,245 @@
+//! Saving and restoring a whole run: model, optimizer, scheduler, loss scaler, RNG, data
+//! position and counters.
+
+use std::path::Path;
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use kiln_ml_core::{Fingerprint, Position};
+
+use crate::checkpoint_file::{read_sections, write_sections};
+use crate::clipping::read_scalar;
+use crate::param_shapes::{first_shape_difference, param_shapes};
+use crate::rng::{RngState, rng_from_state, rng_state};
+use crate::trainer::LastLoss;
+use crate::{Counters, Error, LossScalerState, Result, TrainStep, Trainer, TrainerConfig};
+
+/// Burn's named MessagePack in memory, f32 kept as f32: exact, and it reports decode errors
+/// instead of panicking (Burn's bincode bytes recorder panics on bad input).
+type Bytes = NamedMpkBytesRecorder<FullPrecisionSettings>;
+
+/// Everything of a run that is not a Burn record.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrainerState {
+    kiln_train_version: String,
+    /// The epoch being trained; absent in files from before it was saved (then the
+    /// position's epoch).
+    #[serde(default)]
+    epoch: Option<u64>,
+    position: Position,
+    /// The identity of the data stream the position counts in, when the data reported one.
+    #[serde(default)]
+    data_key: Option<Fingerprint>,
+    counters: Counters,
+    loss_scaler: Option<LossScalerState>,
+    host_rng: RngState,
+    last_loss: Option<f64>,
+    config: TrainerConfig,
+}
+
+const STATE: &str = "trainer_state";
+const MODEL: &str = "model";
+const OPTIMIZER: &str = "optimizer";
+const SCHEDULER: &str = "scheduler";
+
+impl<B, M, O, S> Trainer<B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + TrainStep<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    /// Writes the whole run to `path` atomically (temporary file + rename).
+    ///
+    /// Only between optimizer steps: with micro-batches pending it fails with
+    /// [`Error::CheckpointMidWindow`] (their gradients are not saved).
+    pub fn save_checkpoint(&self, path: &Path) -> Result<()> {
+        if !self.window.is_empty() {
+            return Err(Error::CheckpointMidWindow {
+                step: self.counters.optimizer_steps + 1,
+                pending: self.window.micro_batches,
+            });
+        }
+        let state = TrainerState {
+            kiln_train_version: env!("CARGO_PKG_VERSION").to_owned(),
+            epoch: Some(self.epoch),
+            position: self.position,
+            data_key: self.data_key,
+            counters: self.counters,
+            loss_scaler: self.scaler.as_ref().map(|scaler| scaler.state()),
+            host_rng: rng_state(&self.host_rng),
+            // A checkpoint reads the whole model back anyway; the loss is one value more.
+            last_loss: match &self.last_loss {
+                None => None,
+                Some(LastLoss::Read(value)) => Some(*value),
+                Some(LastLoss::OnDevice(tensor)) => Some(read_scalar(
+                    tensor.clone(),
+                    "the checkpoint's readback of the last loss",
+                )?),
+            },
+            config: self.config.clone(),
+        };
+        let state = serde_json::to_vec_pretty(&state).map_err(|error| Error::CheckpointFormat {
+            path: path.to_path_buf(),
+            reason: format!("the trainer state could not be encoded: {error}"),
+        })?;
+        let encode_error = |section: &'static str| {
+            move |error: burn::record::RecorderError| Error::Record {
+                path: path.to_path_buf(),
+                section,
+                action: "encoded",
+                message: error.to_string(),
+            }
+        };
+        let recorder = Bytes::default();
+        let model = Recorder::<B>::record(&recorder, self.model().clone().into_record(), ())
+            .map_err(encode_error(MODEL))?;
+        let optimizer = Recorder::<B>::record(&recorder, self.optim.to_record(), ())
+            .map_err(encode_error(OPTIMIZER))?;
+        let scheduler = Recorder::<B>::record(&recorder, self.scheduler.to_record::<B>(), ())
+            .map_err(encode_error(SCHEDULER))?;
+        write_sections(
+            path,
+            &[
+                (STATE, &state),
+                (MODEL, &model),
+                (OPTIMIZER, &optimizer),
+                (SCHEDULER, &scheduler),
+            ],
+        )
+    }
+
+    /// Restores a run from `path` and returns the data position to continue from.
+    ///
+    /// The checkpoint must come from a run with the same numerics (precision, accumulation,
+    /// normalization, clipping, seed, reseeding); otherwise [`Error::CheckpointMismatch`] names
+    /// the differing field. Other settings (epochs, limits, checkpointing) may change.
+    pub fn load_checkpoint(&mut self, path: &Path) -> Result<Position> {
+        let mut sections = read_sections(path)?;
+        let mut take = |name: &'static str| {
+            sections
+                .iter()
+                .position(|(section, _)| section == name)
+                .map(|index| sections.swap_remove(index).1)
+                .ok_or_else(|| Error::CheckpointFormat {
+                    path: path.to_path_buf(),
+                    reason: format!("the {name:?} section is missing"),
+                })
+        };
+        let state_bytes = take(STATE)?;
+        let model_bytes = take(MODEL)?;
+        let optimizer_bytes = take(OPTIMIZER)?;
+        let scheduler_bytes = take(SCHEDULER)?;
+
+        let state: TrainerState =
+            serde_json::from_slice(&state_bytes).map_err(|error| Error::CheckpointFormat {
+                path: path.to_path_buf(),
+                reason: format!("the {STATE:?} section is not valid: {error}"),
+            })?;
+        check_numerics(path, &state.config, &self.config)?;
+        if self.scaler.is_some() != state.loss_scaler.is_some() {
+            return Err(Error::CheckpointFormat {
+                path: path.to_path_buf(),
+                reason: "the loss scaler state does not match the precision".to_owned(),
+            });
+        }
+
+        let decode_error = |section: &'static str| {
+            move |error: burn::record::RecorderError| Error::Record {
+                path: path.to_path_buf(),
+                section,
+                action: "decoded",
+                message: error.to_string(),
+            }
+        };
+        let recorder = Bytes::default();
+        let model_record: M::Record = Recorder::<B>::load(&recorder, model_bytes, &self.device)
+            .map_err(decode_error(MODEL))?;
+        let optimizer_record: O::Record =
+            Recorder::<B>::load(&recorder, optimizer_bytes, &self.device)
+                .map_err(decode_error(OPTIMIZER))?;
+        let scheduler_record: S::Record<B> =
+            Recorder::<B>::load(&recorder, scheduler_bytes, &self.device)
+                .map_err(decode_error(SCHEDULER))?;
+
+        let model = self.model().clone().load_record(model_record);
+        crate::materialize(&model);
+        let (expected, loaded) = (param_shapes(self.model()), param_shapes(&model));
+        if let Some((index, saved, current)) = first_shape_difference(&loaded, &expected) {
+            return Err(Error::CheckpointMismatch {
+                path: path.to_path_buf(),
+                field: "model parameter shapes",
+                saved: format!("parameter {index}: {saved}"),
+                current: format!("parameter {index}: {current}"),
+            });
+        }
+        self.model = Some(model);
+        self.optim = self.optim.clone().load_record(optimizer_record);
+        self.scheduler = self.scheduler.clone().load_record::<B>(scheduler_record);
+        if let (Some(scaler), Some(saved)) = (self.scaler.as_mut(), state.loss_scaler) {
+            scaler.load_state(saved);
+        }
+        self.host_rng = rng_from_state(&state.host_rng);
+        self.counters = state.counters;
+        self.epoch = state.epoch.unwrap_or(state.position.epoch);
+        self.position = state.position;
+        self.data_key = state.data_key;
+        self.check_data_key = state.data_key.is_some();
+        self.last_loss = state.last_loss.map(LastLoss::Read);
+        self.window = Default::default();
+        self.epoch_started = state.position.consumed > 0 || state.counters.epoch_batches > 0;
+        Ok(self.position)
+    }
+}
+
+/// Fails when a setting that changes the numbers of the run differs.
+fn check_numerics(path: &Path, saved: &TrainerConfig, current: &TrainerConfig) -> Result<()> {
+    fn text<T: serde::Serialize>(value: &T) -> String {
+        serde_json::to_string(value).unwrap_or_else(|_| "?".to_owned())
+    }
+    let pairs = [
+        (
+            "precision",
+            text(&saved.precision),
+            text(&current.precision),
+        ),
+        (
+            "accumulation_steps",
+            text(&saved.accumulation_steps),
+            text(&current.accumulation_steps),
+        ),
+        (
+            "loss_normalization",
+            text(&saved.loss_normalization),
+            text(&current.loss_normalization),
+        ),
+        ("clipping", text(&saved.clipping), text(&current.clipping)),
+        // Growth interval and factors shape the scale trajectory, as PyTorch's state_dict keeps.
+        (
+            "loss_scaler",
+            text(&saved.loss_scaler),
+            text(&current.loss_scaler),
+        ),
+        ("seed", text(&saved.seed), text(&current.seed)),
+        (
+            "reseed_every_step",
+            text(&saved.reseed_every_step),
+            text(&current.reseed_every_step),
+        ),
+    ];
+    for (field, saved, current) in pairs {
+        if saved != current {
+            return Err(Error::CheckpointMismatch {
+                path: path.to_path_buf(),
+                field,
+                saved,
+                current,
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! The checkpoint file: named sections in one file, checksummed, written atomically.
+//!
+//! Layout (little-endian): the magic `KILNCKPT`, a `u32` format version, a `u32` section count,
+//! then per section a `u16` name length, the name, a `u64` byte length and the bytes; last, the
+//! 16-byte XXH3-128 [`Fingerprint`] of everything before it. One file per checkpoint keeps the
+//! write atomic: it is written to a temporary file in the same directory, synced, and renamed
+//! over the target, so a crash leaves either the old checkpoint or the new one.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use kiln_ml_core::Fingerprint;
+
+use crate::{Error, Result};
+
+const MAGIC: &[u8; 8] = b"KILNCKPT";
+const FORMAT_VERSION: u32 = 1;
+const CHECKSUM_BYTES: usize = 16;
+
+/// Writes `sections` to `path` atomically (temporary file + rename).
+pub(crate) fn write_sections(path: &Path, sections: &[(&str, &[u8])]) -> Result<()> {
+    let mut body = Vec::with_capacity(sections.iter().map(|(_, b)| b.len() + 32).sum());
+    body.extend_from_slice(MAGIC);
+    body.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    body.extend_from_slice(&(sections.len() as u32).to_le_bytes());
+    for (name, bytes) in sections {
+        body.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        body.extend_from_slice(bytes);
+    }
+    let checksum = Fingerprint::of_bytes(&body).to_le_bytes();
+    body.extend_from_slice(&checksum);
+
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::CheckpointIo {
+            path,
+            action,
+            source,
+        }
+    };
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&directory).map_err(io("create directory", &directory))?;
+    let mut file = tempfile::NamedTempFile::new_in(&directory)
+        .map_err(io("create temporary file", &directory))?;
+    file.write_all(&body).map_err(io("write", file.path()))?;
+    file.as_file().sync_all().map_err(io("sync", file.path()))?;
+    file.persist(path)
+        .map_err(|error| io("rename into place", path)(error.error))?;
+    // Make the rename itself durable where directories can be synced.
+    if let Ok(handle) = std::fs::File::open(&directory) {
+        let _ = handle.sync_all();
+    }
+    Ok(())
+}
+
+/// Reads the sections of a checkpoint file, checking magic, version and checksum.
+pub(crate) fn read_sections(path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    let bytes = std::fs::read(path).map_err(|source| Error::CheckpointIo {
+        path: path.to_path_buf(),
+        action: "read",
+        source,
+    })?;
+    parse(&bytes).map_err(|reason| Error::CheckpointFormat {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+fn parse(bytes: &[u8]) -> std::result::Result<Vec<(String, Vec<u8>)>, String> {
+    if bytes.len() < MAGIC.len() + 8 + CHECKSUM_BYTES || &bytes[..MAGIC.len()] != MAGIC {
+        return Err("not a kiln checkpoint (no KILNCKPT header)".to_owned());
+    }
+    let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
+    let mut expected = [0u8; CHECKSUM_BYTES];
+    expected.copy_from_slice(checksum);
+    if Fingerprint::of_bytes(body) != Fingerprint::from_le_bytes(expected) {
+        return Err(format!(
+            "checksum mismatch over {} bytes: the file is truncated or corrupted",
+            body.len()
+        ));
+    }
+    let mut reader = Reader {
+        bytes: body,
+        offset: MAGIC.len(),
+    };
+    let version = reader.u32("format version")?;
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {version}, this kiln-ml-train reads version {FORMAT_VERSION}"
+        ));
+    }
+    let count = reader.u32("section count")?;
+    let mut sections = Vec::with_capacity(count.min(64) as usize);
+    for index in 0..count {
+        let name_len = reader.u16(&format!("name length of section {index}"))?;
+        let name = reader.take(name_len as u64, &format!("name of section {index}"))?;
+        let name = String::from_utf8(name.to_vec())
+            .map_err(|_| format!("section {index} has a name that is not UTF-8"))?;
+        let len = reader.u64(&format!("length of section {name:?}"))?;
+        let data = reader.take(len, &format!("bytes of section {name:?}"))?;
+        sections.push((name, data.to_vec()));
+    }
+    if reader.offset != body.len() {
+        return Err(format!(
+            "{} unexpected bytes after the last section",
+            body.len() - reader.offset
+        ));
+    }
+    Ok(sections)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: u64, what: &str) -> std::result::Result<&'a [u8], String> {
+        let available = (self.bytes.len() - self.offset) as u64;
+        if len > available {
+            return Err(format!(
+                "{what} at byte {} needs {len} bytes, only {available} remain",
+                self.offset
+            ));
+        }
+        let start = self.offset;
+        self.offset += len as usize;
+        Ok(&self.bytes[start..self.offset])
+    }
+
+    fn u16(&mut self, what: &str) -> std::result::Result<u16, String> {
+        let mut raw = [0u8; 2];
+        raw.copy_from_slice(self.take(2, what)?);
+        Ok(u16::from_le_bytes(raw))
+    }
+
+    fn u32(&mut self, what: &str) -> std::result::Result<u32, String> {
+        let mut raw = [0u8; 4];
+        raw.copy_from_slice(self.take(4, what)?);
+        Ok(u32::from_le_bytes(raw))
+    }
+
+    fn u64(&mut self, what: &str) -> std::result::Result<u64, String> {
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(self.take(8, what)?);
+        Ok(u64::from_le_bytes(raw))
+    }
+}
+
+/// The file name of the checkpoint after optimizer step `step`.
+pub(crate) fn file_name(step: u64) -> String {
+    format!("step-{step:012}.kiln")
+}
+
+/// The optimizer step of a checkpoint file name written by this crate.
+fn step_of(name: &str) -> Option<u64> {
+    name.strip_prefix("step-")?
+        .strip_suffix(".kiln")?
+        .parse()
+        .ok()
+}
+
+/// The checkpoint files in `directory`, oldest first.
+pub fn list_checkpoints(directory: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(Error::CheckpointIo {
+                path: directory.to_path_buf(),
+                action: "list",
+                source,
+            });
+        }
+    };
+    let mut found: Vec<(u64, PathBuf)> = entries
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            step_of(name.to_str()?).map(|step| (step, entry.path()))
+        })
+        .collect();
+    found.sort();
+    Ok(found.into_iter().map(|(_, path)| path).collect())
+}
+
+/// The newest checkpoint in `directory`, if any: pass it to
+/// [`Trainer::load_checkpoint`](crate::Trainer::load_checkpoint) to resume.
+pub fn latest_checkpoint(directory: &Path) -> Result<Option<PathBuf>> {
+    Ok(list_checkpoints(directory)?.pop())
+}
+
+/// Deletes all but the newest `keep` checkpoints in `directory`.
+pub(crate) fn prune(directory: &Path, keep: usize) -> Result<()> {
+    let files = list_checkpoints(directory)?;
+    let excess = files.len().saturating_sub(keep);
+    for path in &files[..excess] {
+        std::fs::remove_file(path).map_err(|source| Error::CheckpointIo {
+            path: path.clone(),
+            action: "remove old checkpoint",
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.kiln");
+        write_sections(
+            &path,
+            &[("state", b"{}"), ("model", &[1, 2, 3]), ("empty", &[])],
+        )
+        .unwrap();
+        let sections = read_sections(&path).unwrap();
+        assert_eq!(sections[1], ("model".to_owned(), vec![1, 2, 3]));
+        assert_eq!(sections[2].1.len(), 0);
+        // No temporary files are left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn damage_is_reported_with_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.kiln");
+        write_sections(&path, &[("state", b"0123456789")]).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[20] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = read_sections(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("checksum") && error.contains("b.kiln"),
+            "{error}"
+        );
+
+        std::fs::write(&path, b"hello").unwrap();
+        let error = read_sections(&path).unwrap_err().to_string();
+        assert!(error.contains("not a kiln checkpoint"), "{error}");
+    }
+
+    #[test]
+    fn truncated_sections_are_named() {
+        let mut body = MAGIC.to_vec();
+        body.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&5u16.to_le_bytes());
+        body.extend_from_slice(b"model");
+        body.extend_from_slice(&100u64.to_le_bytes());
+        let checksum = Fingerprint::of_bytes(&body).to_le_bytes();
+        body.extend_from_slice(&checksum);
+        let error = parse(&body).unwrap_err();
+        assert!(error.contains("bytes of section \"model\""), "{error}");
+    }
+
+    #[test]
+    fn listing_orders_by_step_and_prunes() {
+        let dir = tempfile::tempdir().unwrap();
+        for step in [10, 2, 30] {
+            write_sections(&dir.path().join(file_name(step)), &[("s", b"x")]).unwrap();
+        }
+        std::fs::write(dir.path().join("notes.txt"), b"x").unwrap();
+        let latest = latest_checkpoint(dir.path()).unwrap().unwrap();
+        assert!(latest.ends_with(file_name(30)));
+        prune(dir.path(), 2).unwrap();
+        let left = list_checkpoints(dir.path()).unwrap();
+        assert_eq!(left.len(), 2);
+        assert!(left[0].ends_with(file_name(10)));
+        assert_eq!(
+            latest_checkpoint(&dir.path().join("missing")).unwrap(),
+            None
+        );
+    }
+}

@@ -1,0 +1,347 @@
+//! The data-parallel launcher: one thread per device, each registered with burn-collective,
+//! each training a replica; on many nodes, the global level of burn-collective too.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, OnceLock, mpsc};
+
+use burn::collective::{
+    CollectiveConfig, PeerId, ReduceOperation, all_reduce, finish_collective, register,
+    reset_collective,
+};
+use burn::tensor::Tensor;
+use burn::tensor::backend::AutodiffBackend;
+use kiln_ml_core::panic_message;
+
+use crate::collective::Collective;
+use crate::{Error, NodeConfig, Replica, Result};
+
+/// Runs data-parallel training: one replica per device on this node, and, with a
+/// [`NodeConfig`], one process per node (burn-collective's local and global levels).
+///
+/// [`run`](Self::run) calls the closure once per device, each on its own thread, with that
+/// replica's [`Replica`]; the closure builds a trainer, [`join`](crate::Trainer::join)s it and
+/// trains on the replica's [`shard`](Replica::shard) of the data. Gradients are summed over all
+/// replicas at every optimizer step and normalized by the micro-batches (or items) of all of
+/// them, so N replicas at batch b follow the same trajectory as one device at batch N·b.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use kiln_ml_train::DataParallel;
+///
+/// type B = Autodiff<Flex>;
+/// let ranks = DataParallel::local()
+///     .run::<B, _, _>(vec![Default::default(); 2], |replica| Ok(replica.rank()))
+///     .unwrap();
+/// assert_eq!(ranks, vec![0, 1]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataParallel {
+    node: Option<NodeConfig>,
+}
+
+/// One data-parallel run per process at a time: burn-collective keeps one server per backend
+/// per process, which two concurrent runs would share.
+static RUN_LOCK: Mutex<()> = Mutex::new(());
+
+impl DataParallel {
+    /// Every replica on this node's devices.
+    pub fn local() -> Self {
+        Self { node: None }
+    }
+
+    /// This node's devices as part of a multi-node run.
+    pub fn with_node(node: NodeConfig) -> Self {
+        Self { node: Some(node) }
+    }
+
+    /// One node, or many as the environment says ([`NodeConfig::from_env`]).
+    pub fn from_env() -> Result<Self> {
+        Ok(Self {
+            node: NodeConfig::from_env()?,
+        })
+    }
+
+    /// The node settings, when this is a multi-node run.
+    pub fn node(&self) -> Option<&NodeConfig> {
+        self.node.as_ref()
+    }
+
+    /// Runs `train` once per device, each on its own thread, as replicas of one data-parallel
+    /// run, and returns what each returned, in local-rank order.
+    ///
+    /// If a replica fails or panics, the others are released from any collective operation
+    /// they wait in (they fail too) and the first failure is returned as
+    /// [`Error::ReplicaFailed`] naming its rank. Runs in one process take turns.
+    pub fn run<B, T, F>(&self, devices: Vec<B::Device>, train: F) -> Result<Vec<T>>
+    where
+        B: AutodiffBackend,
+        T: Send,
+        F: Fn(Replica<B::Device>) -> Result<T> + Sync,
+    {
+        if devices.is_empty() {
+            return Err(Error::InvalidDataParallel {
+                reason: "no devices to run replicas on".to_owned(),
+            });
+        }
+        let _turn = RUN_LOCK
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let config = self.collective_config(devices.len())?;
+        if self.node.is_some() {
+            check_one_tokio_worker(std::env::var("TOKIO_WORKER_THREADS").ok().as_deref())?;
+        }
+        if let Some(node) = &self.node
+            && node.start_coordinator
+        {
+            Self::start_coordinator(node.coordinator_port())?;
+        }
+        // Forget whatever an earlier, failed run left registered.
+        release_waiting::<B>();
+
+        let per_node = devices.len() as u32;
+        let (node_rank, nodes) = self
+            .node
+            .as_ref()
+            .map_or((0, 1), |node| (node.node_rank, node.num_nodes));
+        let (sender, receiver) = mpsc::channel::<(u32, std::result::Result<T, String>)>();
+        let train = &train;
+        std::thread::scope(|scope| {
+            for (local_rank, device) in devices.into_iter().enumerate() {
+                let rank = node_rank * per_node + local_rank as u32;
+                let peer = PeerId(rank);
+                let replica = Replica {
+                    rank,
+                    world: nodes * per_node,
+                    local_rank: local_rank as u32,
+                    node_rank,
+                    device,
+                    collective: match &config {
+                        Settings::Local(_) => Collective::registered(peer),
+                        Settings::Sessions(configs) => {
+                            Collective::per_operation(peer, configs.clone(), nodes)
+                        }
+                    },
+                };
+                let config = config.clone();
+                let sender = sender.clone();
+                std::thread::Builder::new()
+                    .name(format!("kiln-replica-{}", replica.rank))
+                    .spawn_scoped(scope, move || {
+                        let rank = replica.rank;
+                        let outcome = catch_unwind(AssertUnwindSafe(|| {
+                            run_replica::<B, T, F>(replica, config, train)
+                        }))
+                        .unwrap_or_else(|panic| {
+                            Err(format!("panicked: {}", panic_message(panic.as_ref())))
+                        });
+                        let _ = sender.send((rank, outcome));
+                    })
+                    .expect("the operating system starts a replica thread");
+            }
+            drop(sender);
+            let mut results: Vec<(u32, T)> = Vec::new();
+            let mut failures: Vec<(u32, String)> = Vec::new();
+            for (rank, outcome) in receiver {
+                match outcome {
+                    Ok(value) => results.push((rank, value)),
+                    Err(message) => {
+                        if failures.is_empty() {
+                            release_waiting::<B>();
+                        }
+                        failures.push((rank, message));
+                    }
+                }
+            }
+            if let Some((rank, message)) = root_failure(failures) {
+                return Err(Error::ReplicaFailed { rank, message });
+            }
+            results.sort_by_key(|(rank, _)| *rank);
+            Ok(results.into_iter().map(|(_, value)| value).collect())
+        })
+    }
+
+    /// burn-collective's settings for `devices` replicas on this node: one configuration for a
+    /// single node, registered once; across nodes, the two that sessions alternate between
+    /// (see `collective.rs`).
+    fn collective_config(&self, devices: usize) -> Result<Settings> {
+        let local = CollectiveConfig::default().with_num_devices(devices);
+        let Some(node) = &self.node else {
+            return Ok(Settings::Local(local));
+        };
+        node.validate()?;
+        let (coordinator_host, coordinator_port) = node.coordinator_host_port();
+        let (node_host, node_port) = node.node_host_port();
+        let address = |host: &str, port: u16| {
+            format!("ws://{host}:{port}")
+                .parse()
+                .expect("an address parses from any string")
+        };
+        let session = |parity: u16| -> Result<CollectiveConfig> {
+            let config = local
+                .clone()
+                .with_num_nodes(node.num_nodes)
+                .with_global_address(address(coordinator_host, coordinator_port + parity))
+                .with_node_address(address(node_host, node_port + parity))
+                .with_data_service_port(node_port + parity);
+            if config.is_valid() {
+                Ok(config)
+            } else {
+                Err(Error::InvalidDataParallel {
+                    reason: format!("burn-collective refused the settings {config}"),
+                })
+            }
+        };
+        Ok(Settings::Sessions([session(0)?, session(1)?]))
+    }
+}
+
+/// How the replicas of a run meet.
+#[derive(Debug, Clone)]
+enum Settings {
+    /// One node: registered once for the run.
+    Local(CollectiveConfig),
+    /// Many nodes: a session per operation, alternating between two configurations.
+    Sessions([CollectiveConfig; 2]),
+}
+
+/// Across nodes, burn-collective 0.21's runtime must run on one worker thread: with more, its
+/// end-of-operation sync can miss the other node's arrival (it checks, then starts waiting, and a
+/// wake-up in between is lost) and wait forever, on this 2-core machine about once per 600
+/// operations. The runtime is Burn's and reads `TOKIO_WORKER_THREADS`, which only the process's
+/// environment can set safely.
+fn check_one_tokio_worker(workers: Option<&str>) -> Result<()> {
+    if workers.map(str::trim) == Some("1") {
+        return Ok(());
+    }
+    Err(Error::InvalidDataParallel {
+        reason: format!(
+            "a multi-node run needs TOKIO_WORKER_THREADS=1 in each node's environment (it is {}): \
+             with more workers burn-collective 0.21 can lose a wake-up and hang (docs/training.md, \
+             \"Many nodes\")",
+            workers.map_or("unset".to_owned(), |value| format!("{value:?}"))
+        ),
+    })
+}
+
+/// Resets burn-collective's server for the backend, which fails every operation a replica waits
+/// in. A server that already died (it panics on what it does not implement) needs no reset.
+/// The failure to report: the first that is not only the echo of another's, a collective that
+/// was torn down under a replica (a failed peer, or the reset that releases the others, can
+/// end burn-collective's local server before a replica's own answer reaches it).
+fn root_failure(failures: Vec<(u32, String)>) -> Option<(u32, String)> {
+    let echo = |message: &str| message.contains("LocalServerMissing");
+    let root = failures.iter().position(|(_, message)| !echo(message));
+    let mut failures = failures;
+    match root {
+        Some(index) => Some(failures.swap_remove(index)),
+        None => failures.into_iter().next(),
+    }
+}
+
+fn release_waiting<B: AutodiffBackend>() {
+    let _ = catch_unwind(reset_collective::<B::InnerBackend>);
+}
+
+/// One replica's thread: register, train, leave the collective (on one node; across nodes every
+/// operation registers and leaves by itself).
+fn run_replica<B, T, F>(
+    replica: Replica<B::Device>,
+    config: Settings,
+    train: &F,
+) -> std::result::Result<T, String>
+where
+    B: AutodiffBackend,
+    F: Fn(Replica<B::Device>) -> Result<T>,
+{
+    let Settings::Local(config) = config else {
+        return train(replica).map_err(|error| error.to_string());
+    };
+    let peer = PeerId(replica.rank);
+    register::<B::InnerBackend>(peer, replica.device.clone(), config)
+        .map_err(|error| format!("registering with burn-collective: {error:?}"))?;
+    // A failed replica stays registered: leaving would let the others all-reduce without it
+    // (burn-collective counts the peers registered at each call). The launcher resets the
+    // collective instead, which fails the others' pending and later operations.
+    let device = replica.device.clone();
+    let world = replica.world;
+    let value = train(replica).map_err(|error| error.to_string())?;
+    // Leaving while another replica still trains would let it all-reduce alone: first meet
+    // every replica in a call no training step makes (its length, world + 1, is one no bucket
+    // or count has), so a replica still training fails on the shape instead.
+    let closing = Tensor::<B::InnerBackend, 1>::zeros([world as usize + 1], &device);
+    all_reduce::<B::InnerBackend>(
+        peer,
+        closing.into_primitive().tensor(),
+        ReduceOperation::Sum,
+    )
+    .map_err(|error| {
+        format!("the closing all-reduce (did another replica stop training early?): {error:?}")
+    })?;
+    finish_collective::<B::InnerBackend>(peer)
+        .map_err(|error| format!("leaving burn-collective: {error:?}"))?;
+    Ok(value)
+}
+
+impl DataParallel {
+    /// Starts burn-collective's global coordinator (its orchestrator) on `port` and `port + 1`
+    /// (the sessions of a multi-node run alternate between the two), on a thread of this
+    /// process, once: it serves every later run and stops with the process. Node 0 calls it for
+    /// you when its [`NodeConfig::start_coordinator`] is set; a launcher that keeps the
+    /// coordinator apart from the nodes calls it itself. Burn's server listens on every
+    /// interface (`0.0.0.0`), so keep both ports behind the cluster's firewall.
+    pub fn start_coordinator(port: u16) -> Result<()> {
+        static STARTED: OnceLock<u16> = OnceLock::new();
+        // Burn's orchestrator only logs a port it cannot bind, and every node would then wait.
+        if STARTED.get().is_none() {
+            for port in [port, port.saturating_add(1)] {
+                std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|error| {
+                    Error::InvalidDataParallel {
+                        reason: format!("the coordinator cannot listen on port {port}: {error}"),
+                    }
+                })?;
+            }
+        }
+        let started = *STARTED.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("kiln-collective-coordinator".to_owned())
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .enable_all()
+                        .build()
+                        .expect("a tokio runtime for the coordinator");
+                    runtime.block_on(async {
+                        let next = port.checked_add(1).unwrap_or(port);
+                        tokio::join!(
+                            burn_collective::start_global_orchestrator(port),
+                            burn_collective::start_global_orchestrator(next),
+                        )
+                    });
+                })
+                .expect("the operating system starts the coordinator thread");
+            port
+        });
+        if started != port {
+            return Err(Error::InvalidDataParallel {
+                reason: format!(
+                    "this process already runs a coordinator on port {started}, not {port}"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_node_runs_ask_for_one_tokio_worker() {
+        assert!(check_one_tokio_worker(Some("1")).is_ok());
+        for workers in [None, Some("2"), Some("")] {
+            let error = check_one_tokio_worker(workers).unwrap_err().to_string();
+            assert!(error.contains("TOKIO_WORKER_THREADS=1"), "{error}");
+        }
+    }
+}

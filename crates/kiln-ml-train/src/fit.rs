@@ -1,0 +1,305 @@
+//! `fit`: the whole loop over epochs, with data waits timed, checkpoints and limits.
+
+use std::time::{Duration, Instant};
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::optim::lr_scheduler::LrScheduler;
+use burn::tensor::backend::AutodiffBackend;
+use kiln_ml_core::{Event, Fingerprint, Phase, Position, PositionedBatches};
+
+use crate::first_step::FirstStepWatch;
+use crate::{Error, FitSummary, Result, TrainStep, Trainer};
+
+impl<B, M, O, S> Trainer<B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + TrainStep<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    /// Trains from the current [`position`](Self::position) to the end of
+    /// [`num_epochs`](crate::TrainerConfig::num_epochs).
+    ///
+    /// `data` is called once per epoch with the position to start from (the start of the epoch,
+    /// or the middle after [`load_checkpoint`](Self::load_checkpoint)) and opens that epoch's
+    /// remaining batches as a [`PositionedBatches`]: a kiln-ml-data loader's `resume_epoch`, or
+    /// any iterator wrapped in [`PlainBatches`](kiln_ml_core::PlainBatches), which skips to the
+    /// position itself. The trainer saves the position the batches report, so resume is exact
+    /// in either case. An error opening an epoch or reading a batch stops training with
+    /// [`Error::Data`] naming the epoch and batch.
+    pub fn fit<D, I, E>(&mut self, data: D) -> Result<FitSummary>
+    where
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        self.fit_with(data, |_, _| Ok(()))
+    }
+
+    /// [`fit`](Self::fit) with a callback after every epoch (validation, logging, early
+    /// stopping by returning an error), given the trainer and what the epoch did.
+    ///
+    /// The time from this call to the end of its first optimizer step is measured (the device
+    /// synced once there) and reported in [`FitSummary::time_to_first_step`], to observers as
+    /// [`Event::FirstStep`], and by [`time_to_first_step`](Self::time_to_first_step); while it
+    /// runs longer than [`first_step_notice_seconds`](crate::TrainerConfig::first_step_notice_seconds),
+    /// a notice on stderr says what is known.
+    pub fn fit_with<D, I, E, F>(&mut self, data: D, on_epoch_end: F) -> Result<FitSummary>
+    where
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+        F: FnMut(&mut Self, &EpochSummary) -> Result<()>,
+    {
+        let notice = self.config.first_step_notice_seconds;
+        let notice = (notice > 0.0).then(|| Duration::from_secs_f64(notice));
+        self.time_to_first_step = None;
+        // The backend's name says what the device's Debug form does not (`Cpu` is lavapipe on wgpu).
+        let device = format!("{} {:?}", B::name(&self.device), self.device);
+        let watch = FirstStepWatch::start(notice, device);
+        self.observers.watch_first_step(watch);
+        let result = self.fit_epochs(data, on_epoch_end);
+        // Stops the watcher on every path, errors included.
+        self.observers.take_first_step();
+        result
+    }
+
+    /// The body of [`fit_with`](Self::fit_with), inside its first-step watch.
+    fn fit_epochs<D, I, E, F>(&mut self, mut data: D, mut on_epoch_end: F) -> Result<FitSummary>
+    where
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+        F: FnMut(&mut Self, &EpochSummary) -> Result<()>,
+    {
+        let mut reached_max_steps = false;
+        while self.epoch < self.config.num_epochs {
+            let epoch = self.epoch;
+            if self.max_steps_reached() {
+                reached_max_steps = true;
+                break;
+            }
+            self.start_epoch();
+            let mut summary = EpochSummary {
+                epoch,
+                ..EpochSummary::default()
+            };
+            let started = Instant::now();
+            let steps_before = self.counters.optimizer_steps;
+            // A checkpoint taken after the epoch's last batch already points at the next
+            // epoch: only the end of this one is left to run.
+            if self.position.epoch == epoch {
+                reached_max_steps = self.train_epoch(&mut data, &mut summary)?;
+            }
+            if reached_max_steps {
+                break;
+            }
+            // The flushed last window may be the fit's first step.
+            if self.end_epoch()?.is_some() {
+                self.note_first_step()?;
+            }
+            summary.steps = self.counters.optimizer_steps - steps_before;
+            summary.elapsed = started.elapsed();
+            // After the callback, so what it draws from the host RNG is in the checkpoint.
+            on_epoch_end(self, &summary)?;
+            self.checkpoint_if_due(true)?;
+        }
+        // The one readback `fit` adds: the summary's loss, once per call.
+        let last_loss = self.last_loss()?;
+        Ok(FitSummary {
+            counters: self.counters,
+            position: self.position,
+            last_loss,
+            reached_max_steps,
+            time_to_first_step: self.time_to_first_step,
+        })
+    }
+
+    /// After an optimizer step of a `fit`: when it is the first (the watch still runs), waits
+    /// for the device to finish it, records the time since `fit` began and tells the
+    /// observers. Does nothing after that.
+    fn note_first_step(&mut self) -> Result<()> {
+        let Some(watch) = self.observers.take_first_step() else {
+            return Ok(());
+        };
+        B::sync(&self.device).map_err(|error| Error::Device {
+            during: "the device sync that ends the first step's timing",
+            message: format!("{error:?}"),
+        })?;
+        let elapsed = watch.finish();
+        self.time_to_first_step = Some(elapsed);
+        self.observers.emit(&Event::FirstStep {
+            step: self.counters.optimizer_steps,
+            elapsed,
+        });
+        Ok(())
+    }
+
+    /// Trains on the current epoch's remaining batches; returns whether `max_steps` stopped it.
+    fn train_epoch<D, I, E>(&mut self, data: &mut D, summary: &mut EpochSummary) -> Result<bool>
+    where
+        D: FnMut(Position) -> std::result::Result<I, E>,
+        I: PositionedBatches<Item = std::result::Result<M::Input, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let epoch = self.epoch;
+        let data_error = |batch: u64, error: E| Error::Data {
+            epoch,
+            batch,
+            source: Box::new(error),
+        };
+        // Overfitting replays the first batches of epoch 0 every epoch, counted in batches.
+        let overfit = self.config.overfit_batches.is_some();
+        let (request, skip) = if overfit {
+            (Position::start_of(0), self.counters.epoch_batches)
+        } else {
+            (self.position, 0)
+        };
+        let limit = self
+            .config
+            .overfit_batches
+            .or(self.config.max_batches_per_epoch);
+        let mut batches =
+            data(request).map_err(|error| data_error(self.counters.epoch_batches, error))?;
+        let opened = batches.position();
+        if !overfit && opened != request && opened != Position::start_of(epoch + 1) {
+            return Err(Error::DataPosition {
+                requested: request,
+                reported: opened,
+            });
+        }
+        self.check_resumed_data(batches.data_key())?;
+        for _ in 0..skip {
+            batches.next();
+        }
+        loop {
+            if limit.is_some_and(|limit| self.counters.epoch_batches >= limit) {
+                return Ok(false);
+            }
+            if self.window.is_empty() && self.max_steps_reached() {
+                return Ok(true);
+            }
+            let step = self.counters.optimizer_steps + 1;
+            let started = self.observers.start(Phase::DataWait, step);
+            let waited_from = Instant::now();
+            let next = batches.next();
+            let wait = waited_from.elapsed();
+            self.observers.end::<B>(started, &self.device)?;
+            summary.data_wait += wait;
+            let Some(next) = next else { return Ok(false) };
+            let batch = next.map_err(|error| data_error(self.counters.epoch_batches, error))?;
+            let samples = batches.last_batch_samples();
+            summary.samples += samples;
+            if !self.observers.is_empty() {
+                self.observers.emit(&Event::BatchReady {
+                    epoch,
+                    batch: self.counters.epoch_batches,
+                    samples,
+                    wait,
+                });
+            }
+            let outcome = self.train_batch(batch)?;
+            if outcome.step.is_some() {
+                self.note_first_step()?;
+            }
+            // Overfitting replays epoch 0's batches: their positions are not this epoch's.
+            if overfit {
+                self.count_samples(samples);
+            } else {
+                self.record_position(&batches);
+            }
+            if outcome.step.is_some() {
+                self.checkpoint_if_due(false)?;
+            }
+        }
+    }
+
+    /// After `load_checkpoint`, the first data opened must be the stream the checkpoint was
+    /// saved on (unless `resume_on_changed_data`).
+    fn check_resumed_data(&mut self, opened: Option<Fingerprint>) -> Result<()> {
+        if !std::mem::take(&mut self.check_data_key) || self.config.resume_on_changed_data {
+            return Ok(());
+        }
+        match (self.data_key, opened) {
+            (Some(saved), Some(current)) if saved != current => Err(Error::DataChanged {
+                epoch: self.epoch,
+                saved,
+                current,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn max_steps_reached(&self) -> bool {
+        self.config
+            .max_steps
+            .is_some_and(|max| self.counters.optimizer_steps >= max)
+    }
+
+    /// Writes a checkpoint when the configuration asks for one now.
+    fn checkpoint_if_due(&mut self, epoch_end: bool) -> Result<()> {
+        let Some(checkpoint) = &self.config.checkpoint else {
+            return Ok(());
+        };
+        let due = if epoch_end {
+            checkpoint.at_epoch_end
+        } else {
+            checkpoint.every_steps > 0
+                && self
+                    .counters
+                    .optimizer_steps
+                    .is_multiple_of(checkpoint.every_steps)
+        };
+        // Replicas hold the same weights, optimizer and scaler: rank 0 alone writes them (its
+        // running statistics and host RNG are its own).
+        if !due || !self.writes_checkpoints() {
+            return Ok(());
+        }
+        let directory = checkpoint.directory.clone();
+        let keep = checkpoint.keep_last as usize;
+        let path = directory.join(crate::checkpoint_file::file_name(
+            self.counters.optimizer_steps,
+        ));
+        self.save_checkpoint(&path)?;
+        crate::checkpoint_file::prune(&directory, keep)
+    }
+}
+
+/// What one epoch of [`Trainer::fit_with`] did, for its end-of-epoch callback. Counts cover
+/// this call only: a run resumed mid-epoch counts from where it resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EpochSummary {
+    /// The epoch, counted from zero.
+    pub epoch: u64,
+    /// Optimizer steps run in the epoch (the flushed last window included).
+    pub steps: u64,
+    /// Samples this rank trained on, as the data reported them.
+    pub samples: u64,
+    /// Wall time from opening the epoch's data to its end (before the callback).
+    pub elapsed: Duration,
+    /// Of that, the time spent waiting for the next batch.
+    pub data_wait: Duration,
+}
+
+impl EpochSummary {
+    /// Samples per second over the epoch's wall time; 0 for an empty epoch.
+    pub fn samples_per_second(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            self.samples as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The share of the wall time spent waiting for data, in [0, 1].
+    pub fn data_wait_fraction(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            (self.data_wait.as_secs_f64() / seconds).min(1.0)
+        } else {
+            0.0
+        }
+    }
+}

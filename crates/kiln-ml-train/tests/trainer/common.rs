@@ -1,0 +1,165 @@
+//! kiln-ml-testkit's regression model and seeded data, and helpers shared by the trainer tests.
+
+use std::sync::Arc;
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use kiln_ml_core::{Event, PlainBatches, Position, PositionedBatches, StepReport};
+use kiln_ml_testkit::{MlpConfig, RecordingObserver};
+
+pub use kiln_ml_testkit::{Mlp, RegressionBatch as Batch, TEACHER_INPUTS as INPUTS};
+
+pub const HIDDEN: usize = 8;
+
+/// A model with weights drawn from a host RNG (not the backend's global one, which parallel
+/// tests share), so every call with the same seed gives the same weights.
+pub fn model<B: Backend>(device: &B::Device, seed: u64) -> Mlp<B> {
+    MlpConfig::new(INPUTS, &[HIDDEN], 1)
+        .with_seed(seed)
+        .init(device)
+}
+
+/// A trainer of `model(device, 1)` with plain SGD at a constant learning rate.
+pub fn sgd_trainer<B: AutodiffBackend>(
+    device: &B::Device,
+    learning_rate: f64,
+    config: kiln_ml_train::TrainerConfig,
+) -> kiln_ml_train::Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B> + use<B>, f64> {
+    config
+        .init(
+            model::<B>(device, 1),
+            burn::optim::SgdConfig::new().init(),
+            learning_rate,
+            device.clone(),
+        )
+        .unwrap()
+}
+
+/// Rows of a fixed noisy linear teacher: `y = w . x + 0.5 + noise`.
+pub fn rows(count: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+    kiln_ml_testkit::teacher_rows(count, seed)
+}
+
+/// A batch from host rows.
+pub fn batch<B: Backend>(inputs: &[f32], targets: &[f32], device: &B::Device) -> Batch<B> {
+    Batch::from_rows(inputs, targets, device)
+}
+
+/// `count` batches of `size` rows each, from one seeded stream.
+pub fn batches<B: Backend>(
+    count: usize,
+    size: usize,
+    seed: u64,
+    device: &B::Device,
+) -> Vec<Batch<B>> {
+    kiln_ml_testkit::teacher_batches(count, size, seed, device)
+}
+
+/// The epoch's batches as `fit` takes them: positioned by kiln, resumed by skipping.
+pub fn plain<B: Backend>(
+    batches: Vec<Batch<B>>,
+    position: Position,
+) -> kiln_ml_core::Result<impl PositionedBatches<Item = kiln_ml_core::Result<Batch<B>>>> {
+    PlainBatches::new(batches, position, Batch::len)
+}
+
+/// Every float parameter of a model, flattened, as host values.
+pub fn params<B: Backend>(model: &Mlp<B>) -> Vec<f32> {
+    model.params()
+}
+
+/// The largest absolute difference between two parameter lists.
+pub fn max_abs_diff(left: &[f32], right: &[f32]) -> f32 {
+    assert_eq!(left.len(), right.len());
+    left.iter()
+        .zip(right)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The step reports an observer saw.
+pub fn step_reports(observer: &RecordingObserver) -> Vec<StepReport> {
+    observer
+        .events()
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::Step(report) => Some(report),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A recorder to hand to a trainer while keeping access to it.
+pub fn recorder() -> Arc<RecordingObserver> {
+    Arc::new(RecordingObserver::new())
+}
+
+/// The mixed precisions the device runs (flex and CUDA: both; lavapipe: f16 only), checking
+/// that `Trainer::new` refuses the others with a named error.
+pub fn mixed_precisions<B: AutodiffBackend>(device: &B::Device) -> Vec<kiln_ml_train::Precision> {
+    use kiln_ml_train::Precision;
+    let supported: Vec<Precision> = [Precision::F16Mixed, Precision::Bf16Mixed]
+        .into_iter()
+        .filter(|precision| match precision.check_supported::<B>(device) {
+            Ok(()) => true,
+            Err(error) => {
+                let config = kiln_ml_train::TrainerConfig::new().with_precision(*precision);
+                let refused = kiln_ml_train::Trainer::new(
+                    model::<B>(device, 1),
+                    burn::optim::SgdConfig::new().init(),
+                    0.1,
+                    config,
+                    device.clone(),
+                );
+                assert!(
+                    matches!(
+                        refused,
+                        Err(kiln_ml_train::Error::UnsupportedPrecision { .. })
+                    ),
+                    "{precision} must be refused: {error}"
+                );
+                false
+            }
+        })
+        .collect();
+    assert!(!supported.is_empty(), "every kiln device runs f16 or bf16");
+    supported
+}
+
+/// Declares each backend-generic test body for flex; with the `wgpu` feature for Burn's wgpu
+/// backend on a Vulkan adapter (lavapipe in CI; skipped with a note when there is none, a
+/// failure with `KILN_REQUIRE_GPU=1`); and with the `cuda` feature for CUDA, ignored unless
+/// asked for (`-- --ignored`), since no CI machine has a GPU.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod flex {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name::<burn::backend::Autodiff<burn::backend::Flex>>(Default::default());
+                }
+            )*
+        }
+        #[cfg(feature = "wgpu")]
+        mod wgpu {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(device) = kiln_ml_testkit::wgpu_device() {
+                        super::$name::<burn::backend::Autodiff<burn::backend::Wgpu>>(device);
+                    }
+                }
+            )*
+        }
+        #[cfg(feature = "cuda")]
+        mod cuda {
+            $(
+                #[test]
+                #[ignore = "needs a CUDA driver and device: run with `--features cuda -- --ignored`"]
+                fn $name() {
+                    super::$name::<burn::backend::Autodiff<burn::backend::Cuda>>(Default::default());
+                }
+            )*
+        }
+    };
+}

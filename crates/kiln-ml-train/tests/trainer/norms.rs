@@ -1,0 +1,254 @@
+//! Mixed precision with normalization layers: the master's weights and running statistics stay
+//! f32, and the trained model runs in plain f32 outside kiln.
+
+use burn::module::{AutodiffModule, Module};
+use burn::nn::loss::{MseLoss, Reduction};
+use burn::nn::{
+    BatchNorm, BatchNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Relu,
+};
+use burn::optim::AdamConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor};
+use kiln_ml_testkit::MeanMetric;
+use kiln_ml_train::{
+    Autocast, Error, InferenceStep, Precision, PrecisionPolicy, StepOutput, TrainStep, Trainer,
+    TrainerConfig,
+};
+
+use crate::common::{self, Batch, INPUTS};
+
+/// Linear → BatchNorm → ReLU → LayerNorm → Linear.
+#[derive(Module, Debug)]
+pub struct NormMlp<B: Backend> {
+    input: Linear<B>,
+    batch_norm: BatchNorm<B>,
+    layer_norm: LayerNorm<B>,
+    output: Linear<B>,
+    activation: Relu,
+}
+
+impl<B: Backend> NormMlp<B> {
+    fn new(device: &B::Device) -> Self {
+        let model = Self {
+            input: LinearConfig::new(INPUTS, 8).init(device),
+            batch_norm: BatchNormConfig::new(8).init(device),
+            layer_norm: LayerNormConfig::new(8).init(device),
+            output: LinearConfig::new(8, 1).init(device),
+            activation: Relu::new(),
+        };
+        kiln_ml_train::materialize(&model);
+        model
+    }
+
+    /// The forward pass as kiln runs it: the norm layers through `keep_f32`.
+    fn forward(&self, inputs: Tensor<B, 2>, autocast: &Autocast) -> Tensor<B, 2> {
+        let x = self.input.forward(inputs);
+        let x = autocast.keep_f32(x, |x| self.batch_norm.forward(x));
+        let x = self.activation.forward(x);
+        let x = autocast.keep_f32(x, |x| self.layer_norm.forward(x));
+        self.output.forward(x)
+    }
+
+    /// The same network as a user calls it outside kiln: plain Burn, no casts.
+    fn plain_forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
+        let x = self.batch_norm.forward(self.input.forward(inputs));
+        let x = self.layer_norm.forward(self.activation.forward(x));
+        self.output.forward(x)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for NormMlp<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
+        let predictions = autocast.full(self.forward(autocast.input(batch.inputs), autocast));
+        let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
+        StepOutput::new(loss, ())
+    }
+}
+
+/// Validation hands back each sample's squared error, computed the way training does it.
+impl<B: Backend> InferenceStep<B> for NormMlp<B> {
+    type Input = Batch<B>;
+    type Output = Vec<f64>;
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> Vec<f64> {
+        let predictions = autocast.full(self.forward(autocast.input(batch.inputs), autocast));
+        let errors = (predictions - batch.targets).powi_scalar(2);
+        errors.into_data().iter::<f64>().collect()
+    }
+}
+
+/// The same network calling its norm layers directly, as if `keep_f32` were forgotten.
+#[derive(Module, Debug)]
+pub struct CarelessNormMlp<B: Backend> {
+    inner: NormMlp<B>,
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for CarelessNormMlp<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
+        let predictions = autocast.full(self.inner.plain_forward(autocast.input(batch.inputs)));
+        let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
+        StepOutput::new(loss, ())
+    }
+}
+
+fn config(precision: Precision) -> TrainerConfig {
+    TrainerConfig::new()
+        .with_precision(precision)
+        .with_num_epochs(2)
+}
+
+fn dtypes<B: Backend>(model: &NormMlp<B>) -> Vec<DType> {
+    vec![
+        model.input.weight.val().dtype(),
+        model.batch_norm.gamma.val().dtype(),
+        model.batch_norm.running_mean.value().dtype(),
+        model.batch_norm.running_var.value().dtype(),
+        model.layer_norm.gamma.val().dtype(),
+        model.output.weight.val().dtype(),
+    ]
+}
+
+/// f16 and bf16 (where the device has them) train a BatchNorm/LayerNorm model whose master
+/// stays f32 throughout, running statistics included, and whose trained weights run in plain
+/// f32. A second trainer from a clone of the same model (clones share running statistics)
+/// trains in the other precision without a dtype clash. A precision the device lacks is
+/// refused by `Trainer::new`, naming the device.
+fn norm_layers_keep_an_f32_master<B: AutodiffBackend>(device: B::Device) {
+    let initial = NormMlp::<B>::new(&device);
+    let batches = common::batches::<B>(6, 8, 4, &device);
+    let mut trained = 0;
+    for precision in [Precision::F16Mixed, Precision::Bf16Mixed] {
+        if let Err(reason) = precision.check_supported::<B>(&device) {
+            let refused = Trainer::new(
+                initial.clone(),
+                AdamConfig::new().init(),
+                1e-2,
+                config(precision),
+                device.clone(),
+            );
+            let error = refused.err().expect("refused");
+            assert!(
+                matches!(error, Error::UnsupportedPrecision { .. }),
+                "{error}"
+            );
+            assert!(
+                error.to_string().contains(&format!("{device:?}")),
+                "{error}"
+            );
+            eprintln!("{precision} unsupported here: {reason}");
+            continue;
+        }
+        let running_before = initial.batch_norm.running_var.value().into_data();
+        let mut trainer = Trainer::new(
+            initial.clone(),
+            AdamConfig::new().init(),
+            1e-2,
+            config(precision),
+            device.clone(),
+        )
+        .unwrap();
+        let summary = trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
+        assert!(summary.last_loss.unwrap().is_finite(), "{precision}");
+        // Validation casts with the training plan: norms stay f32, so `keep_f32` matches.
+        let valid = common::batches::<B::InnerBackend>(2, 8, 5, &device);
+        let error = trainer
+            .validate(valid, &mut MeanMetric::default())
+            .unwrap()
+            .unwrap();
+        assert!(error.is_finite(), "{precision}: validation error {error}");
+        let model = trainer.into_model();
+        assert!(
+            dtypes(&model).iter().all(|dtype| *dtype == DType::F32),
+            "{precision}: the master is {:?}",
+            dtypes(&model)
+        );
+        assert_ne!(
+            model.batch_norm.running_var.value().into_data(),
+            running_before,
+            "{precision}: the running statistics were not updated"
+        );
+        // Plain Burn, f32 inputs, no autodiff: what a user does with the trained model.
+        let inference = model.valid();
+        let inputs = common::batches::<B::InnerBackend>(1, 8, 9, &device)
+            .remove(0)
+            .inputs;
+        let outputs = inference.plain_forward(inputs);
+        assert_eq!(outputs.dtype(), DType::F32);
+        assert!(
+            outputs
+                .into_data()
+                .iter::<f32>()
+                .all(|value| value.is_finite())
+        );
+        trained += 1;
+    }
+    assert!(trained >= 1, "every device here runs f16 or bf16");
+}
+
+/// With the norm rule off, the running statistics are still found and kept f32.
+fn running_statistics_stay_f32_without_the_norm_rule<B: AutodiffBackend>(device: B::Device) {
+    let initial = NormMlp::<B>::new(&device);
+    let precision = Precision::F16Mixed;
+    if precision.check_supported::<B>(&device).is_err() {
+        return;
+    }
+    let policy = PrecisionPolicy {
+        keep_norms_f32: false,
+        keep_f32: vec!["layer_norm".to_owned()],
+    };
+    let mut trainer = Trainer::new(
+        initial.clone(),
+        AdamConfig::new().init(),
+        1e-2,
+        TrainerConfig::new()
+            .with_precision(precision)
+            .with_precision_policy(policy),
+        device.clone(),
+    )
+    .unwrap();
+    for batch in common::batches::<B>(3, 8, 4, &device) {
+        trainer.train_batch(batch).unwrap();
+    }
+    assert!(
+        dtypes(trainer.model())
+            .iter()
+            .all(|dtype| *dtype == DType::F32)
+    );
+}
+
+/// Forgetting `keep_f32` is an error that names the fix, not a panic deep inside Burn.
+fn a_norm_without_keep_f32_is_a_named_error<B: AutodiffBackend>(device: B::Device) {
+    let precision = Precision::F16Mixed;
+    if precision.check_supported::<B>(&device).is_err() {
+        return;
+    }
+    let mut trainer = Trainer::new(
+        CarelessNormMlp {
+            inner: NormMlp::<B>::new(&device),
+        },
+        AdamConfig::new().init(),
+        1e-2,
+        TrainerConfig::new().with_precision(precision),
+        device.clone(),
+    )
+    .unwrap();
+    let batch = common::batches::<B>(1, 8, 4, &device).remove(0);
+    let error = trainer.train_batch(batch).expect_err("a dtype clash");
+    assert!(
+        matches!(error, Error::ForwardPanicked { step: 1, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("keep_f32"), "{error}");
+}
+
+crate::backend_tests!(
+    norm_layers_keep_an_f32_master,
+    running_statistics_stay_f32_without_the_norm_rule,
+    a_norm_without_keep_f32_is_a_named_error,
+);

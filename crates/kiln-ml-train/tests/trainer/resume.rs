@@ -1,0 +1,347 @@
+//! Checkpoints: resuming mid-epoch continues exactly as the uninterrupted run.
+
+use std::path::Path;
+
+use burn::lr_scheduler::linear::{LinearLrScheduler, LinearLrSchedulerConfig};
+use burn::optim::AdamConfig;
+use burn::tensor::backend::AutodiffBackend;
+use kiln_ml_core::{Position, PositionedBatches};
+use kiln_ml_train::{Error, Preset, Trainer, TrainerConfig, latest_checkpoint};
+use rand::Rng;
+
+use crate::common::{self, Batch, Mlp};
+
+const BATCHES: usize = 5;
+const ROWS: usize = 4;
+
+fn config() -> TrainerConfig {
+    Preset::Reproducible
+        .config()
+        .with_num_epochs(3)
+        .with_accumulation_steps(2)
+}
+
+fn trainer<B: AutodiffBackend>(
+    device: &B::Device,
+    config: TrainerConfig,
+    weights_seed: u64,
+) -> Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, LinearLrScheduler> {
+    let scheduler = LinearLrSchedulerConfig::new(0.05, 0.01, 6).init().unwrap();
+    Trainer::new(
+        common::model::<B>(device, weights_seed),
+        AdamConfig::new().init(),
+        scheduler,
+        config,
+        device.clone(),
+    )
+    .unwrap()
+}
+
+/// The epoch's batches (a different rotation each epoch), opened at `position`.
+fn epoch_data<B: AutodiffBackend>(
+    batches: &[Batch<B>],
+    position: Position,
+) -> kiln_ml_core::Result<impl PositionedBatches<Item = kiln_ml_core::Result<Batch<B>>>> {
+    let mut order = batches.to_vec();
+    order.rotate_left(position.epoch as usize % BATCHES);
+    common::plain(order, position)
+}
+
+fn loss_bits(reports: &[kiln_ml_core::StepReport]) -> Vec<u64> {
+    reports
+        .iter()
+        .map(|report| report.loss.expect("the preset reads the loss").to_bits())
+        .collect()
+}
+
+/// Bit-identical step losses, parameters and host RNG draws with and without an interruption
+/// after step 4 (in the middle of epoch 1, between two accumulation windows).
+fn resumed_run_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
+    resumed_run_matches::<B>(device, config());
+}
+
+/// The same under f16 mixed precision, with a loss scaler that grows every 2 clean steps, so
+/// its scale and growth tracker change across the interruption and must come from the file.
+fn resumed_f16_run_with_scaler_state_is_bit_identical<B: AutodiffBackend>(device: B::Device) {
+    let mut f16 = config().with_precision(kiln_ml_train::Precision::F16Mixed);
+    f16.loss_scaler.growth_interval = 2;
+    resumed_run_matches::<B>(device, f16);
+}
+
+fn resumed_run_matches<B: AutodiffBackend>(device: B::Device, base: TrainerConfig) {
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let draw = |trainer: &mut Trainer<B, _, _, _>, draws: &mut Vec<u64>| {
+        draws.push(trainer.rng().random::<u64>());
+        Ok(())
+    };
+
+    let mut whole = trainer::<B>(&device, base.clone(), 1);
+    let whole_steps = common::recorder();
+    whole.add_observer(whole_steps.clone());
+    let mut whole_draws = Vec::new();
+    whole
+        .fit_with(
+            |p| epoch_data(&batches, p),
+            |t, _| draw(t, &mut whole_draws),
+        )
+        .unwrap();
+    assert_eq!(
+        whole.counters().optimizer_steps,
+        9,
+        "3 windows per epoch, the last partial"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mid-epoch.kiln");
+    let mut first = trainer::<B>(&device, base.clone().with_max_steps(Some(4)), 1);
+    let first_steps = common::recorder();
+    first.add_observer(first_steps.clone());
+    let mut draws = Vec::new();
+    let summary = first
+        .fit_with(|p| epoch_data(&batches, p), |t, _| draw(t, &mut draws))
+        .unwrap();
+    assert!(summary.reached_max_steps);
+    assert_eq!(
+        summary.position,
+        Position {
+            epoch: 1,
+            consumed: 2 * ROWS as u64
+        }
+    );
+    first.save_checkpoint(&path).unwrap();
+    drop(first);
+
+    // Fresh weights and optimizer: everything must come from the checkpoint.
+    let mut second = trainer::<B>(&device, base.clone(), 99);
+    let second_steps = common::recorder();
+    second.add_observer(second_steps.clone());
+    let position = second.load_checkpoint(&path).unwrap();
+    assert_eq!(position, summary.position);
+    second
+        .fit_with(|p| epoch_data(&batches, p), |t, _| draw(t, &mut draws))
+        .unwrap();
+
+    let mut resumed = common::step_reports(&first_steps);
+    resumed.extend(common::step_reports(&second_steps));
+    let whole_reports = common::step_reports(&whole_steps);
+    assert_eq!(loss_bits(&resumed), loss_bits(&whole_reports));
+    let scales = |reports: &[kiln_ml_core::StepReport]| -> Vec<Option<u64>> {
+        reports
+            .iter()
+            .map(|r| r.loss_scale.map(f64::to_bits))
+            .collect()
+    };
+    assert_eq!(
+        scales(&resumed),
+        scales(&whole_reports),
+        "the loss scale resumes"
+    );
+    if base.precision == kiln_ml_train::Precision::F16Mixed {
+        // The scale must actually move after the cut, or the test proves nothing about it.
+        let after_cut = scales(&whole_reports)[4..].to_vec();
+        assert!(
+            after_cut.windows(2).any(|pair| pair[0] != pair[1]),
+            "{after_cut:?}"
+        );
+    }
+    let rates: Vec<f64> = resumed.iter().map(|r| r.learning_rate).collect();
+    let whole_rates: Vec<f64> = whole_reports.iter().map(|r| r.learning_rate).collect();
+    assert_eq!(rates, whole_rates, "the scheduler resumes where it was");
+    let bits = |model: &Mlp<B>| -> Vec<u32> {
+        common::params(model).iter().map(|v| v.to_bits()).collect()
+    };
+    assert_eq!(bits(second.model()), bits(whole.model()));
+    assert_eq!(draws, whole_draws, "the host RNG resumes where it was");
+    assert_eq!(second.counters(), whole.counters());
+}
+
+/// `fit` writes checkpoints every N steps and at epoch ends, keeping the newest few, and a
+/// trainer resumed from the latest one finishes with the same parameters.
+fn fit_checkpoints_rotate_and_resume<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = kiln_ml_train::CheckpointConfig::new(dir.path())
+        .with_every_steps(2)
+        .with_keep_last(2);
+    let mut run = trainer::<B>(&device, config().with_checkpoint(Some(checkpoints)), 1);
+    run.fit(|p| epoch_data(&batches, p)).unwrap();
+    let files = kiln_ml_train::list_checkpoints(dir.path()).unwrap();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let latest = latest_checkpoint(dir.path()).unwrap().unwrap();
+    assert!(latest.ends_with("step-000000000009.kiln"), "{latest:?}");
+
+    let mut resumed = trainer::<B>(&device, config(), 5);
+    let position = resumed.load_checkpoint(&latest).unwrap();
+    assert_eq!(position, Position::start_of(3));
+    let summary = resumed.fit(|p| epoch_data(&batches, p)).unwrap();
+    assert_eq!(summary.counters.optimizer_steps, 9, "nothing left to train");
+    assert_eq!(common::params(resumed.model()), common::params(run.model()));
+
+    // The older file (step 8, mid-epoch 2) resumes with training left to do.
+    let older = files
+        .iter()
+        .find(|path| path.ends_with("step-000000000008.kiln"))
+        .expect("the step-8 checkpoint is kept");
+    let mut resumed = trainer::<B>(&device, config(), 5);
+    let position = resumed.load_checkpoint(older).unwrap();
+    assert_eq!(
+        position,
+        Position {
+            epoch: 2,
+            consumed: 4 * ROWS as u64
+        }
+    );
+    let summary = resumed.fit(|p| epoch_data(&batches, p)).unwrap();
+    assert_eq!(
+        summary.counters.optimizer_steps, 9,
+        "one step left to train"
+    );
+    let bits = |values: Vec<f32>| -> Vec<u32> { values.iter().map(|v| v.to_bits()).collect() };
+    assert_eq!(
+        bits(common::params(resumed.model())),
+        bits(common::params(run.model()))
+    );
+}
+
+/// Checkpoints are refused mid-window, and a run with other numerics is refused on load,
+/// naming the field; a damaged file names the problem.
+fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(2, ROWS, 3, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.kiln");
+    let mut run = trainer::<B>(&device, config(), 1);
+    run.train_batch(batches[0].clone()).unwrap();
+    let error = run.save_checkpoint(&path).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::CheckpointMidWindow {
+                step: 1,
+                pending: 1
+            }
+        ),
+        "{error}"
+    );
+    run.train_batch(batches[1].clone()).unwrap();
+    run.save_checkpoint(&path).unwrap();
+
+    let mut other = trainer::<B>(&device, config().with_accumulation_steps(4), 1);
+    let error = other.load_checkpoint(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("accumulation_steps") && error.contains("a.kiln"),
+        "{error}"
+    );
+
+    let mut scaler = config();
+    scaler.loss_scaler.growth_interval = 7;
+    let mut other_scaler = trainer::<B>(&device, scaler, 1);
+    let error = other_scaler.load_checkpoint(&path).unwrap_err().to_string();
+    assert!(error.contains("loss_scaler"), "{error}");
+
+    // Same structure, other width: refused before Burn could load it and panic later.
+    let narrow = kiln_ml_testkit::MlpConfig::new(common::INPUTS, &[3], 1).init::<B>(&device);
+    let scheduler = LinearLrSchedulerConfig::new(0.05, 0.01, 6).init().unwrap();
+    let mut narrow = Trainer::new(
+        narrow,
+        AdamConfig::new().init(),
+        scheduler,
+        config(),
+        device.clone(),
+    )
+    .unwrap();
+    let error = narrow.load_checkpoint(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("model parameter shapes") && error.contains("parameter 0"),
+        "{error}"
+    );
+
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    let damaged = dir.path().join("damaged.kiln");
+    std::fs::write(&damaged, bytes).unwrap();
+    let error = other.load_checkpoint(&damaged).unwrap_err().to_string();
+    assert!(error.contains("checksum"), "{error}");
+    let missing = other
+        .load_checkpoint(Path::new("/nonexistent/x.kiln"))
+        .unwrap_err();
+    assert!(
+        matches!(missing, Error::CheckpointIo { action: "read", .. }),
+        "{missing}"
+    );
+}
+
+/// The trainer saves the position the data reports (here a rank of 4 whose plan counts the
+/// global order), and refuses data opened somewhere else than asked.
+fn positions_come_from_the_data<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(BATCHES, ROWS, 5, &device);
+    let mut rank = trainer::<B>(&device, config().with_accumulation_steps(1), 1);
+    let mut data = GlobalOrder {
+        batches: batches.clone().into_iter(),
+        position: Position::start_of(0),
+        world: 4,
+    };
+    for _ in 0..3 {
+        let batch = data.next().unwrap().unwrap();
+        rank.train_batch(batch).unwrap();
+        rank.record_position(&data);
+    }
+    assert_eq!(
+        rank.position(),
+        Position {
+            epoch: 0,
+            consumed: 4 * 3 * ROWS as u64
+        }
+    );
+    assert_eq!(
+        rank.counters().samples,
+        3 * ROWS as u64,
+        "this rank's samples"
+    );
+
+    // Data that ignores the position it is asked for is an error, not a silent replay.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank.kiln");
+    rank.save_checkpoint(&path).unwrap();
+    let mut resumed = trainer::<B>(&device, config().with_accumulation_steps(1), 1);
+    resumed.load_checkpoint(&path).unwrap();
+    let error = resumed
+        .fit(|_| common::plain(batches.clone(), Position::start_of(0)))
+        .unwrap_err();
+    assert!(matches!(error, Error::DataPosition { .. }), "{error}");
+}
+
+/// One rank's batches of a 4-rank world: positions count every rank's samples.
+struct GlobalOrder<B: AutodiffBackend> {
+    batches: std::vec::IntoIter<Batch<B>>,
+    position: Position,
+    world: u64,
+}
+
+impl<B: AutodiffBackend> Iterator for GlobalOrder<B> {
+    type Item = kiln_ml_core::Result<Batch<B>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = self.batches.next()?;
+        self.position.consumed += self.world * batch.len() as u64;
+        Some(Ok(batch))
+    }
+}
+
+impl<B: AutodiffBackend> PositionedBatches for GlobalOrder<B> {
+    fn position(&self) -> Position {
+        self.position
+    }
+
+    fn last_batch_samples(&self) -> u64 {
+        ROWS as u64
+    }
+}
+
+crate::backend_tests!(
+    positions_come_from_the_data,
+    resumed_run_is_bit_identical,
+    resumed_f16_run_with_scaler_state_is_bit_identical,
+    fit_checkpoints_rotate_and_resume,
+    checkpoint_errors_are_explicit,
+);
