@@ -2,14 +2,17 @@
 
 use std::sync::Arc;
 
-use kiln_ml_core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Transform};
+use kiln_ml_core::{
+    Block, BlockIndex, BlockLayout, BlockSource, BoxError, Fingerprint, ReadError, Transform,
+};
 
 use crate::codec::{BincodeCodec, Codec};
 use crate::disk::DiskCache;
 use crate::ram::RamCache;
 use crate::segment::{Segment, SegmentBuilder, SegmentBytes, SegmentKey};
 use crate::stats::CacheStats;
-use crate::{BoxError, Error, Result};
+
+use crate::{Error, Result};
 
 /// An inner block source with a [`Transform`] applied to every sample, cached per block.
 ///
@@ -25,7 +28,8 @@ use crate::{BoxError, Error, Result};
 /// written to disk (the RAM tier, if any, keeps them), and the failure is counted ([`CacheStats::failed_writes`](crate::CacheStats::failed_writes)) with
 /// its error kept ([`DiskCache::last_write_error`]). [`warm`](Self::warm) does fail on it.
 ///
-/// A failing inner read comes back as [`Error::Source`] and a rejected sample as
+/// A failing inner read comes back as [`ReadError::Source`] (in [`Error::Read`]) and a rejected
+/// sample as
 /// [`Error::Transform`], both naming the block through
 /// [`describe_block`](BlockLayout::describe_block) (for a Parquet source, its file and row group).
 ///
@@ -135,10 +139,10 @@ where
             .blocks()
             .get(block as usize)
             .copied()
-            .ok_or(Error::NoSuchBlock {
+            .ok_or(Error::Read(ReadError::NoSuchBlock {
                 block,
                 blocks: self.inner.num_blocks(),
-            })
+            }))
     }
 
     /// Reads the inner block and transforms every sample, bypassing the cache.
@@ -151,7 +155,7 @@ where
             Error::from_source(self.inner.describe_block(block), block, file, error)
         })?;
         if items.len() as u64 != rows {
-            return Err(Error::Source {
+            return Err(Error::Read(ReadError::Source {
                 location: self.inner.describe_block(block),
                 block,
                 file,
@@ -159,7 +163,7 @@ where
                     "the source returned {} items for a block of {rows} rows",
                     items.len()
                 )),
-            });
+            }));
         }
         items
             .into_iter()

@@ -2,13 +2,10 @@
 
 use std::path::PathBuf;
 
-use kiln_ml_core::{BlockIndex, FileId};
+use kiln_ml_core::{BlockIndex, BoxError, FileId, ReadError};
 
 /// A `Result` whose error is kiln-ml-cache's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A boxed error from a component kiln-ml-cache wraps (an inner block source, a transform).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What went wrong while reading, computing, encoding or storing cached samples.
 ///
@@ -17,25 +14,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An I/O operation on a cache file or directory failed.
-    #[error("{action} {path}: {source}")]
-    Io {
-        /// What was being done ("opening", "reading", "writing", ...).
-        action: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A block index past the end of the inner layout.
-    #[error("block {block} does not exist: the layout has {blocks} blocks")]
-    NoSuchBlock {
-        /// The block asked for.
-        block: BlockIndex,
-        /// How many blocks there are.
-        blocks: usize,
-    },
+    /// Reading a block failed in a way every block source can fail (kiln-ml-core's shared
+    /// vocabulary): I/O on a cache file, a missing block, the inner source's error, a panic.
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// A sample could not be encoded for the cache.
     #[error("cannot encode sample {row} of block {block} for the cache: {reason}")]
     Encode {
@@ -58,19 +40,6 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
-    /// An inner block source failed to read a block.
-    #[error("reading {location} failed: {source}")]
-    Source {
-        /// Where the block lives (the file path and row group when the layout knows them).
-        location: String,
-        /// The block.
-        block: BlockIndex,
-        /// The block's file id in the layout.
-        file: FileId,
-        /// The source's error.
-        #[source]
-        source: BoxError,
-    },
     /// A transform rejected a sample.
     #[error("transform failed on {location}, row {row}: {source}")]
     Transform {
@@ -86,31 +55,19 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
-    /// A worker panicked while building a block's segment.
-    #[error("a worker panicked while {task}: {message}")]
-    Panicked {
-        /// What the worker was doing, with the block and file it was working on.
-        task: String,
-        /// The panic message.
-        message: String,
-    },
 }
 
 impl Error {
     pub(crate) fn io(
         action: &'static str,
-        path: impl Into<PathBuf>,
+        path: impl Into<std::path::PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        Self::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        ReadError::io(action, path, source).into()
     }
 
-    /// Wraps an inner source's error with the block and file, unless it already is a kiln-ml-cache
-    /// error (a cache stacked on a cache, which names its block itself).
+    /// Wraps an inner source's error with the block and file, unless it already is a
+    /// kiln-ml-cache error (a cache stacked on a cache, which names its block itself).
     pub(crate) fn from_source<E>(
         location: String,
         block: BlockIndex,
@@ -123,21 +80,19 @@ impl Error {
         let boxed: BoxError = Box::new(error);
         match boxed.downcast::<Error>() {
             Ok(own) => *own,
-            Err(source) => Self::Source {
+            Err(source) => ReadError::Source {
                 location,
                 block,
                 file,
                 source,
-            },
+            }
+            .into(),
         }
     }
 
     /// The text of a caught panic payload.
     pub(crate) fn panicked(task: String, payload: Box<dyn std::any::Any + Send>) -> Self {
-        Self::Panicked {
-            task,
-            message: kiln_ml_core::panic_message(payload.as_ref()),
-        }
+        ReadError::panicked(task, payload).into()
     }
 }
 
@@ -147,13 +102,13 @@ mod tests {
 
     #[test]
     fn own_errors_are_not_wrapped_twice() {
-        let inner = Error::NoSuchBlock {
+        let inner = Error::from(ReadError::NoSuchBlock {
             block: 4,
             blocks: 2,
-        };
+        });
         assert!(matches!(
             Error::from_source("block 4 (file 0)".to_owned(), 4, 0, inner),
-            Error::NoSuchBlock { .. }
+            Error::Read(ReadError::NoSuchBlock { .. })
         ));
         let foreign = std::io::Error::other("disk on fire");
         let wrapped = Error::from_source("block 4 (file 1)".to_owned(), 4, 1, foreign);

@@ -50,7 +50,8 @@
 //! # Errors
 //!
 //! Everything returns kiln-ml-cache's [`Error`]. An inner source's own error is kept whole as the
-//! source of [`Error::Source`], next to the block it failed on; kiln-ml-data's `Error` converts
+//! source of a `kiln_ml_core::ReadError::Source` ([`Error::Read`]), next to the block it failed
+//! on; kiln-ml-data's `Error` converts
 //! such an error back into the Parquet error it wraps, so a loader over a cache reports what it
 //! would report without one.
 //!
@@ -106,7 +107,7 @@ mod warm;
 pub use cached::Cached;
 pub use codec::{BincodeCodec, Codec, CodecError, PodCodec};
 pub use disk::{DEFAULT_MMAP_THRESHOLD, DiskCache};
-pub use error::{BoxError, Error, Result};
+pub use error::{Error, Result};
 pub use ram::RamCache;
 pub use segment::{FORMAT_VERSION, Segment, SegmentBuilder, SegmentKey};
 pub use stats::{CacheStats, CorruptSegment};

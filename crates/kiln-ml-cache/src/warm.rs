@@ -49,7 +49,8 @@ where
     ///
     /// Existing segments are verified (read once), so a warm cache is also a checked one. Runs
     /// on the current rayon pool: wrap the call in `ThreadPool::install` to choose the threads.
-    /// Stops at the first failure; a panicking transform is reported as [`Error::Panicked`].
+    /// Stops at the first failure; a panicking transform is reported as a
+    /// `kiln_ml_core::ReadError::Panicked` ([`Error::Read`]).
     pub fn warm(&self) -> Result<WarmReport> {
         self.warm_with(progress_bar(self.num_blocks() as u64, "warming cache"))
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kiln_ml_cache::{Cached, DiskCache, Error, PodCodec};
-use kiln_ml_core::{BlockLayout, BlockSource, Fingerprint, FnTransform, transform_fn};
+use kiln_ml_core::{BlockLayout, BlockSource, Fingerprint, FnTransform, ReadError, transform_fn};
 use kiln_ml_testkit::MemorySource;
 
 /// A transform that counts its calls, so tests can tell a hit from a recomputation.
@@ -222,7 +222,10 @@ fn warm_reports_a_panicking_transform_as_an_error() {
     });
     let cached = Cached::new(source(), exploding, DiskCache::open(dir.path()).unwrap());
     let error = cached.warm().unwrap_err();
-    assert!(matches!(error, Error::Panicked { .. }), "{error}");
+    assert!(
+        matches!(error, Error::Read(ReadError::Panicked { .. })),
+        "{error}"
+    );
     let message = error.to_string();
     assert!(message.contains("block 1 (file 0)"), "{message}");
     assert!(
@@ -385,7 +388,10 @@ fn a_source_returning_the_wrong_number_of_items_is_refused_and_not_cached() {
     for _ in 0..2 {
         let error = cached.read_block(1).unwrap_err();
         let message = error.to_string();
-        assert!(matches!(error, Error::Source { block: 1, .. }), "{message}");
+        assert!(
+            matches!(error, Error::Read(ReadError::Source { block: 1, .. })),
+            "{message}"
+        );
         assert!(
             message.contains("1 items for a block of 2 rows"),
             "{message}"

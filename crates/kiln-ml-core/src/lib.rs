@@ -48,6 +48,7 @@
 //! # Ok::<(), kiln_ml_core::Error>(())
 //! ```
 
+mod atomic_write;
 mod autotune;
 mod block_finder;
 mod data_key;
@@ -62,11 +63,13 @@ mod panic_message;
 mod plan;
 mod position;
 mod positioned;
+mod read_error;
 mod sampler;
 mod shard;
 mod source;
 mod transform;
 
+pub use atomic_write::{Durability, WriteError, write_atomic};
 pub use autotune::AutotuneLevel;
 pub use block_finder::{BlockCursor, BlockFinder};
 pub use data_key::{ResumePoint, data_key};
@@ -83,6 +86,7 @@ pub use panic_message::panic_message;
 pub use plan::{BlockUse, Plan};
 pub use position::Position;
 pub use positioned::{PlainBatches, PositionedBatches};
+pub use read_error::{BoxError, ReadError};
 pub use sampler::Sampler;
 pub use shard::{PlanRequest, Shard};
 pub use source::BlockSource;

@@ -2,13 +2,10 @@
 
 use std::path::PathBuf;
 
-use kiln_ml_core::{BlockIndex, FileId};
+use kiln_ml_core::{BlockIndex, BoxError, FileId, ReadError};
 
 /// A `Result` whose error is kiln-ml-data's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A boxed error from a component kiln-ml-data wraps (an inner block source).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What went wrong while reading Parquet files or loading batches, or in a kiln-ml-cache stacked
 /// between the two ([`Error::Cache`]).
@@ -32,17 +29,11 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
-    /// An I/O operation on a file or directory failed.
-    #[error("{action} {path}: {source}")]
-    Io {
-        /// What was being done ("opening", "reading", "writing", ...).
-        action: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading a block failed in a way every block source can fail (kiln-ml-core's shared
+    /// vocabulary, the same with or without a cache in between): I/O on a file or directory, a
+    /// block past the end of the layout, an inner source's error, a worker's panic.
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// A file does not start or end with the Parquet magic bytes.
     #[error("{path} is not a Parquet file: {reason}")]
     NotParquet {
@@ -173,14 +164,6 @@ pub enum Error {
         /// Why, and the feature to turn on where one would help.
         reason: String,
     },
-    /// A block index past the end of the layout.
-    #[error("block {block} does not exist: the layout has {blocks} blocks")]
-    NoSuchBlock {
-        /// The block asked for.
-        block: BlockIndex,
-        /// How many blocks there are.
-        blocks: usize,
-    },
     /// A layout or plan was invalid.
     #[error(transparent)]
     Core(#[from] kiln_ml_core::Error),
@@ -188,35 +171,11 @@ pub enum Error {
     /// in a way only a cache can: a transform rejected a sample, a sample did not encode, a
     /// segment failed verification.
     ///
-    /// Cache errors that kiln-ml-data has a variant for arrive as that variant instead (see the
-    /// `From<kiln_ml_cache::Error>` impl), as they did before the cache had a crate of its own: an
-    /// I/O error on a cache file as [`Error::Io`], a missing block as [`Error::NoSuchBlock`], a
-    /// panic while warming as [`Error::Panicked`], and an inner source's failure as the inner
-    /// error itself when it is kiln-ml-data's (a Parquet error under the cache), else as
-    /// [`Error::Source`].
+    /// The failures both crates share arrive as [`Error::Read`] (see the
+    /// `From<kiln_ml_cache::Error>` impl), and an inner source's failure as the inner error
+    /// itself when it is kiln-ml-data's (a Parquet error under the cache).
     #[error(transparent)]
     Cache(kiln_ml_cache::Error),
-    /// An inner block source failed to read a block.
-    #[error("reading {location} failed: {source}")]
-    Source {
-        /// Where the block lives (the file path and row group when the layout knows them).
-        location: String,
-        /// The block.
-        block: BlockIndex,
-        /// The block's file id in the layout.
-        file: FileId,
-        /// The source's error.
-        #[source]
-        source: BoxError,
-    },
-    /// A worker panicked while reading a block, collating a batch or warming a cache.
-    #[error("a worker panicked while {task}: {message}")]
-    Panicked {
-        /// What the worker was doing, with the block, file or batch it was working on.
-        task: String,
-        /// The panic message.
-        message: String,
-    },
     /// A resume point was saved on another stream: other files (added, removed or rewritten),
     /// another seed or other sampler settings. Its position would repeat or skip samples here.
     #[error(
@@ -262,11 +221,7 @@ impl Error {
         path: impl Into<PathBuf>,
         source: std::io::Error,
     ) -> Self {
-        Self::Io {
-            action,
-            path: path.into(),
-            source,
-        }
+        ReadError::io(action, path, source).into()
     }
 
     /// Wraps an inner source's error with the block and file, unless it already is a kiln-ml-data
@@ -283,63 +238,50 @@ impl Error {
         let boxed: BoxError = Box::new(error);
         match boxed.downcast::<kiln_ml_cache::Error>() {
             Ok(cache) => Self::from(*cache),
-            Err(other) => Self::from_boxed_source(location, block, file, other),
+            Err(other) => Self::from_read(ReadError::Source {
+                location,
+                block,
+                file,
+                source: other,
+            }),
         }
     }
 
-    /// An inner source's boxed error: itself when it is a kiln-ml-data error, else wrapped.
-    fn from_boxed_source(
-        location: String,
-        block: BlockIndex,
-        file: FileId,
-        source: BoxError,
-    ) -> Self {
-        match source.downcast::<Error>() {
-            Ok(own) => *own,
-            Err(source) => Self::Source {
+    /// A shared read failure; an inner source's error that is kiln-ml-data's own comes back as
+    /// itself (a Parquet error read through a cache is the same error as without it).
+    fn from_read(read: ReadError) -> Self {
+        match read {
+            ReadError::Source {
                 location,
                 block,
                 file,
                 source,
+            } => match source.downcast::<Error>() {
+                Ok(own) => *own,
+                Err(source) => Self::Read(ReadError::Source {
+                    location,
+                    block,
+                    file,
+                    source,
+                }),
             },
+            other => Self::Read(other),
         }
     }
 
     /// The text of a caught panic payload.
     pub(crate) fn panicked(task: String, payload: Box<dyn std::any::Any + Send>) -> Self {
-        Self::Panicked {
-            task,
-            message: kiln_ml_core::panic_message(payload.as_ref()),
-        }
+        ReadError::panicked(task, payload).into()
     }
 }
 
 impl From<kiln_ml_cache::Error> for Error {
-    /// A cache error as kiln-ml-data reports it with or without the cache: a kiln-ml-data error that
-    /// the cache only passed on from its inner source comes back as itself (a Parquet error read
-    /// through a cache is the same error as without it), the failures both crates name alike
-    /// (I/O, a missing block, a foreign source error, a panic) become kiln-ml-data's variant with
-    /// the same message, and the cache's own failures are kept as [`Error::Cache`].
+    /// A cache error as kiln-ml-data reports it with or without the cache: the failures both
+    /// crates share stay [`Error::Read`] (an inner source's kiln-ml-data error unwrapped), the
+    /// cache's own failures are kept as [`Error::Cache`].
     fn from(error: kiln_ml_cache::Error) -> Self {
-        use kiln_ml_cache::Error as Cache;
         match error {
-            Cache::Source {
-                location,
-                block,
-                file,
-                source,
-            } => Self::from_boxed_source(location, block, file, source),
-            Cache::Io {
-                action,
-                path,
-                source,
-            } => Self::Io {
-                action,
-                path,
-                source,
-            },
-            Cache::NoSuchBlock { block, blocks } => Self::NoSuchBlock { block, blocks },
-            Cache::Panicked { task, message } => Self::Panicked { task, message },
+            kiln_ml_cache::Error::Read(read) => Self::from_read(read),
             other => Self::Cache(other),
         }
     }
@@ -375,13 +317,13 @@ mod tests {
 
     #[test]
     fn own_errors_are_not_wrapped_twice() {
-        let inner = Error::NoSuchBlock {
+        let inner = Error::from(ReadError::NoSuchBlock {
             block: 4,
             blocks: 2,
-        };
+        });
         assert!(matches!(
             Error::from_source("block 4 (file 0)".to_owned(), 4, 0, inner),
-            Error::NoSuchBlock { .. }
+            Error::Read(ReadError::NoSuchBlock { .. })
         ));
         let foreign = std::io::Error::other("disk on fire");
         let wrapped = Error::from_source("block 4 (file 1)".to_owned(), 4, 1, foreign);
@@ -392,49 +334,53 @@ mod tests {
     }
 
     #[test]
-    fn cache_errors_convert_to_what_they_were_before_the_cache_had_its_crate() {
+    fn cache_errors_read_as_without_the_cache() {
         let location = || "block 3 (file 0)".to_owned();
         // What the cache's inner source reported, as the cache hands it on: the inner error.
-        let passed_on = kiln_ml_cache::Error::Source {
+        let passed_on = kiln_ml_cache::Error::Read(ReadError::Source {
             location: location(),
             block: 3,
             file: 0,
-            source: Box::new(Error::NoSuchBlock {
+            source: Box::new(Error::from(ReadError::NoSuchBlock {
                 block: 3,
                 blocks: 2,
-            }),
-        };
+            })),
+        });
         let error = Error::from_source(location(), 3, 0, passed_on);
         assert!(
-            matches!(error, Error::NoSuchBlock { block: 3, .. }),
+            matches!(error, Error::Read(ReadError::NoSuchBlock { block: 3, .. })),
             "{error}"
         );
-        // A foreign inner error: kiln-ml-data's `Source`, with the cache's message.
-        let foreign = kiln_ml_cache::Error::Source {
+        // A foreign inner error: the shared `Source`, with the cache's message.
+        let foreign = kiln_ml_cache::Error::Read(ReadError::Source {
             location: location(),
             block: 3,
             file: 0,
             source: Box::new(std::io::Error::other("disk on fire")),
-        };
+        });
         let message = foreign.to_string();
         let error = Error::from(foreign);
-        assert!(matches!(error, Error::Source { block: 3, .. }), "{error}");
+        assert!(
+            matches!(error, Error::Read(ReadError::Source { block: 3, .. })),
+            "{error}"
+        );
         assert_eq!(error.to_string(), message);
-        // Failures both crates name alike keep their message under kiln-ml-data's variant.
+        // Failures both crates share keep their message, outside `Error::Cache`.
         let cases = [
-            kiln_ml_cache::Error::Panicked {
+            ReadError::Panicked {
                 task: "warming block 1 (file 0)".to_owned(),
                 message: "boom".to_owned(),
             },
-            kiln_ml_cache::Error::NoSuchBlock {
+            ReadError::NoSuchBlock {
                 block: 7,
                 blocks: 2,
             },
         ];
-        for cache in cases {
+        for read in cases {
+            let cache = kiln_ml_cache::Error::Read(read);
             let message = cache.to_string();
             let error = Error::from_source(location(), 1, 0, cache);
-            assert!(!matches!(error, Error::Cache(_)), "{error}");
+            assert!(matches!(error, Error::Read(_)), "{error}");
             assert_eq!(error.to_string(), message);
         }
         // The cache's own failures stay the cache's.

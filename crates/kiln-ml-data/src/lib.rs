@@ -87,9 +87,10 @@ pub use kiln_ml_cache as cache;
 pub use columnar::{
     BurnColumnar, ColumnBatcher, columnar_fn, float_matrix, gather_rows, int_vector,
 };
-pub use error::{BoxError, Error, Result};
+pub use error::{Error, Result};
 pub use load::{
-    BurnCollate, Collate, CollateFn, Epoch, Loader, LoaderConfig, NoCollate, Residency, collate_fn,
+    BurnCollate, Collate, CollateFn, Epoch, Loader, LoaderConfig, LoaderResidency, NoCollate,
+    collate_fn,
 };
 pub use parquet_source::{
     ArrowRow, ArrowRows, DecodeError, FnDecoder, ParquetSource, ParquetSourceBuilder, RetryPolicy,

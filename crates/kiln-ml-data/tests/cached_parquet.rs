@@ -6,7 +6,7 @@ use std::convert::Infallible;
 
 use common::{id_decoder, write_dataset};
 use kiln_ml_cache::{Cached, DiskCache};
-use kiln_ml_core::{BlockLayout, BlockSource, PlanRequest, transform_fn};
+use kiln_ml_core::{BlockLayout, BlockSource, PlanRequest, ReadError, transform_fn};
 use kiln_ml_data::{Error, Loader, LoaderConfig, NoCollate, ParquetSource};
 use kiln_ml_testkit::InOrderSampler;
 
@@ -119,7 +119,10 @@ fn parquet_errors_through_the_cache_surface_as_themselves() {
 
     let error = cached.read_block(2).unwrap_err();
     assert!(
-        matches!(error, kiln_ml_cache::Error::Source { block: 2, .. }),
+        matches!(
+            error,
+            kiln_ml_cache::Error::Read(ReadError::Source { block: 2, .. })
+        ),
         "{error}"
     );
     let error = Error::from(error);

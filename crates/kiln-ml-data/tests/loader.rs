@@ -15,8 +15,8 @@ use burn::tensor::{Tensor, TensorData};
 use common::{pair_decoder, write_dataset};
 use kiln_ml_cache::{Cached, DiskCache};
 use kiln_ml_core::{
-    BlockIndex, BlockLayout, BlockSource, Event, Layout, Plan, PlanRequest, Position, Result,
-    SampleId, Sampler, Shard, transform_fn,
+    BlockIndex, BlockLayout, BlockSource, Event, Layout, Plan, PlanRequest, Position, ReadError,
+    Result, SampleId, Sampler, Shard, transform_fn,
 };
 use kiln_ml_data::arrow_array::RecordBatch;
 use kiln_ml_data::{
@@ -335,7 +335,10 @@ fn a_panicking_transform_surfaces_as_an_error() {
     assert_eq!(results.len(), 3);
     assert!(results[..2].iter().all(Result::is_ok));
     let error = results[2].as_ref().unwrap_err();
-    assert!(matches!(error, Error::Panicked { .. }), "{error}");
+    assert!(
+        matches!(error, Error::Read(ReadError::Panicked { .. })),
+        "{error}"
+    );
     let message = error.to_string();
     assert!(message.contains("reading block 2 (file 1)"), "{message}");
     assert!(

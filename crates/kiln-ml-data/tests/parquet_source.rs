@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{id_decoder, pair_decoder, write_batch, write_dataset, write_ids};
-use kiln_ml_core::{BlockLayout, BlockSource};
+use kiln_ml_core::{BlockLayout, BlockSource, ReadError};
 use kiln_ml_data::arrow_array::{Float32Array, Float64Array, Int64Array, RecordBatch};
 use kiln_ml_data::parquet::file::reader::{FileReader, SerializedFileReader};
 use kiln_ml_data::{Error, ParquetSource};
@@ -297,10 +297,10 @@ fn block_indices_past_the_end_are_rejected() {
     assert!(
         matches!(
             error,
-            Error::NoSuchBlock {
+            Error::Read(ReadError::NoSuchBlock {
                 block: 1,
                 blocks: 1
-            }
+            })
         ),
         "{error}"
     );

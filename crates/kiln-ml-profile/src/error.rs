@@ -79,3 +79,16 @@ pub enum Error {
 
 /// kiln-ml-profile's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<kiln_ml_core::WriteError> for Error {
+    /// kiln-ml-core's atomic write failed: the report's path, with the step that failed.
+    fn from(error: kiln_ml_core::WriteError) -> Self {
+        let kiln_ml_core::WriteError {
+            action,
+            path,
+            source,
+        } = error;
+        let source = std::io::Error::new(source.kind(), format!("{action}: {source}"));
+        Error::Write { path, source }
+    }
+}

@@ -13,7 +13,11 @@
 //! - [`Bottleneck`]: the cached-batch test against the real loader: input-bound,
 //!   compute-bound or host-overhead-bound, with the evidence.
 //! - [`Throughput`] and MFU against a [peak-FLOPs table](peak_flops) with its sources.
-//! - [`LoaderTuner`], [`doctor()`], and a [`ProfileReport`] with an SVG timeline.
+//! - [`LoaderTuner`], [`doctor()`], and a [`ProfileReport`], with an SVG timeline under the
+//!   `svg` feature.
+//!
+//! Every name is at the crate root, except the FLOP-counting functions of [`flops`] and the
+//! peak table of [`peak_flops`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -43,41 +47,55 @@
 //! `cuda` feature, for the memory pool); the trainer and the loader meet it through events and
 //! closures, so it profiles any training loop that emits kiln's events.
 
-mod atomic_write;
+mod batch_size;
+mod bottleneck;
 mod clock;
+mod doctor;
 mod error;
+mod loader_tuner;
 mod memory;
+mod monitor;
+mod phase;
+mod report;
 mod serde_seconds;
 mod serde_seconds_option;
+mod throughput;
 
-pub mod batch_size;
-pub mod bottleneck;
-pub mod doctor;
+// Two namespaces of free functions and tables, reached only through their module.
 pub mod flops;
-pub mod loader_tuner;
-pub mod monitor;
 pub mod peak_flops;
-pub mod phase;
-pub mod report;
-pub mod throughput;
 
 pub use batch_size::{
-    BatchSizeFinder, ChildCommand, FinderMode, FinderReport, Trial, serve_child_trial,
+    BatchSizeFinder, ChildCommand, FinderMode, FinderReport, RESULT_PREFIX, TRIAL_ENV, Trial,
+    is_out_of_memory, serve_child_trial,
 };
-pub use bottleneck::{Bottleneck, Diagnosis, StepRun, Thresholds, Verdict};
+pub use bottleneck::{
+    Bottleneck, Diagnosis, RunMeasurement, StepRun, Thresholds, Verdict, decide_bottleneck,
+};
 pub use clock::Clock;
-pub use doctor::{DoctorOptions, SystemReport, doctor};
+pub use doctor::{
+    BatchAdvice, CpuSummary, DoctorOptions, RamSummary, Recommendation, Recommendations,
+    SystemReport, doctor,
+};
 pub use error::{Error, Result};
-pub use loader_tuner::{LoaderMeasurement, LoaderSetting, LoaderTuner, LoaderTuning};
+pub use loader_tuner::{
+    LoaderMeasurement, LoaderSetting, LoaderTuner, LoaderTuning, best_loader_setting,
+};
 pub use memory::{MemoryProbe, MemoryReading};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use monitor::CubePoolProbe;
 pub use monitor::{
-    DeviceMonitor, DeviceSample, HeapProbe, MonitorRecord, MonitorSummary, PeakAlloc, SourceStatus,
+    DeviceMonitor, DeviceMonitorBuilder, DeviceSample, GpuInfo, HeapProbe, MONITOR_THREAD_NAME,
+    MonitorRecord, MonitorStats, MonitorSummary, PeakAlloc, SourceStatus, device_memory_probe,
+    nvml_gpus, summaries_by_epoch, summaries_by_phase, summarize_samples,
 };
-pub use peak_flops::{PeakFlops, PeakSource, Precision};
-pub use phase::{Action, EpochBounds, PhaseReport, PhaseTimer, Span, TimingMode};
-pub use report::{ProfileReport, write_timeline_svg};
+pub use phase::{
+    Action, EpochBounds, PhaseReport, PhaseRow, PhaseTimer, Span, TimingMode, chrome_trace,
+    write_chrome_trace,
+};
+pub use report::ProfileReport;
+#[cfg(feature = "svg")]
+pub use report::write_timeline_svg;
 pub use throughput::{Throughput, ThroughputMeter, ThroughputReport, ThroughputSample};
 
 /// The README's examples, compiled and run as doctests so that they cannot drift from the API.

@@ -11,7 +11,7 @@ mod tuning;
 use std::fmt::Display;
 use std::time::Instant;
 
-pub use tuning::{LoaderMeasurement, LoaderSetting, LoaderTuning, recommend};
+pub use tuning::{LoaderMeasurement, LoaderSetting, LoaderTuning, best_loader_setting};
 
 use crate::{Error, Result};
 
@@ -168,7 +168,7 @@ impl LoaderTuner {
         }
         let (Some(best), Some(recommended)) = (
             tuning::fastest(&measurements),
-            recommend(&measurements, self.tolerance),
+            best_loader_setting(&measurements, self.tolerance),
         ) else {
             return Err(Error::InvalidSetting {
                 setting: "loader tuner",

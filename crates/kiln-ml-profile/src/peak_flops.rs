@@ -12,7 +12,7 @@
 //! type: an FP32 matmul on Ampere or later may run on TF32 tensor cores (PyTorch's default
 //! unless `float32_matmul_precision` is `highest`, and Lightning looks up the TF32 peak then).
 //! Burn has no TF32 switch; whether a CubeCL kernel uses TF32 depends on the kernel it picks,
-//! so kiln reports which peak it divided by, and [`Precision::F32`] is the conservative choice
+//! so kiln reports which peak it divided by, and [`MatmulFormat::F32`] is the conservative choice
 //! for MFU only if the kernels stay on CUDA cores.
 
 pub mod table;
@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 /// The number format the matmuls run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Precision {
+pub enum MatmulFormat {
     /// FP64 on the FP64 units (not the FP64 tensor-core rate of A100 and H100).
     F64,
     /// FP32 on CUDA cores.
@@ -40,15 +40,15 @@ pub enum Precision {
     Int8,
 }
 
-impl Precision {
+impl MatmulFormat {
     /// Every precision, in the order of the table's columns.
-    pub const ALL: [Precision; 6] = [
-        Precision::F64,
-        Precision::F32,
-        Precision::Tf32,
-        Precision::Bf16,
-        Precision::F16,
-        Precision::Int8,
+    pub const ALL: [MatmulFormat; 6] = [
+        MatmulFormat::F64,
+        MatmulFormat::F32,
+        MatmulFormat::Tf32,
+        MatmulFormat::Bf16,
+        MatmulFormat::F16,
+        MatmulFormat::Int8,
     ];
 }
 
@@ -75,7 +75,7 @@ pub enum PeakSource {
 /// A peak dense rate and where it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeakFlops {
-    /// The peak, in FLOP/s (operations per second for [`Precision::Int8`]).
+    /// The peak, in FLOP/s (operations per second for [`MatmulFormat::Int8`]).
     pub flops_per_s: f64,
     /// Where the figure comes from.
     pub source: PeakSource,
@@ -111,14 +111,14 @@ impl PeakFlops {
 ///   estimate ([`PeakSource::Estimate`]).
 ///
 /// ```
-/// use kiln_ml_profile::peak_flops::{self, PeakSource, Precision};
+/// use kiln_ml_profile::peak_flops::{self, PeakSource, MatmulFormat};
 ///
-/// let peak = peak_flops::lookup("NVIDIA A100-SXM4-80GB", Precision::Bf16).unwrap();
+/// let peak = peak_flops::lookup("NVIDIA A100-SXM4-80GB", MatmulFormat::Bf16).unwrap();
 /// assert_eq!(peak.flops_per_s, 312e12);
 /// assert_eq!(peak.source, PeakSource::Table { gpu: "A100".into() });
-/// assert!(peak_flops::lookup("Tesla T4", Precision::Bf16).is_none());
+/// assert!(peak_flops::lookup("Tesla T4", MatmulFormat::Bf16).is_none());
 /// ```
-pub fn lookup(gpu_name: &str, precision: Precision) -> Option<PeakFlops> {
+pub fn lookup(gpu_name: &str, precision: MatmulFormat) -> Option<PeakFlops> {
     let row = table::row_for_name(gpu_name)?;
     let tera = row.tera(precision)?;
     let source = match row.estimate {
@@ -139,16 +139,16 @@ pub fn lookup(gpu_name: &str, precision: Precision) -> Option<PeakFlops> {
 /// (`max_clock_info(Clock::SM)`, MHz): cores × 2 FLOPs (one fused multiply-add) × clock.
 ///
 /// This reproduces the table's FP32 column (RTX 4090: 16384 × 2 × 2.52 GHz ≈ 82.6 TFLOPS; A100:
-/// 6912 × 2 × 1.41 GHz ≈ 19.5). Only [`Precision::F32`] is derived: tensor-core multiples
+/// 6912 × 2 × 1.41 GHz ≈ 19.5). Only [`MatmulFormat::F32`] is derived: tensor-core multiples
 /// depend on the product line, not only the compute capability (GeForce Ampere and Ada ≈ 2×
 /// FP32, A100 16×, H100 SXM ≈ 14.8×), so any other precision gives `None`, as does a zero count
 /// or clock.
 pub fn from_clocks(
     cuda_cores: u32,
     max_sm_clock_mhz: u32,
-    precision: Precision,
+    precision: MatmulFormat,
 ) -> Option<PeakFlops> {
-    if precision != Precision::F32 || cuda_cores == 0 || max_sm_clock_mhz == 0 {
+    if precision != MatmulFormat::F32 || cuda_cores == 0 || max_sm_clock_mhz == 0 {
         return None;
     }
     let flops_per_s = f64::from(cuda_cores) * 2.0 * f64::from(max_sm_clock_mhz) * 1e6;
@@ -167,7 +167,7 @@ pub fn from_clocks(
 mod tests {
     use super::*;
 
-    fn tera(name: &str, precision: Precision) -> Option<f64> {
+    fn tera(name: &str, precision: MatmulFormat) -> Option<f64> {
         // Rounded to the table's digits: `tera × 1e12 / 1e12` need not give `tera` back exactly.
         lookup(name, precision).map(|peak| (peak.flops_per_s / 1e9).round() / 1e3)
     }
@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn names_pick_their_rows() {
-        let bf16 = |name| tera(name, Precision::Bf16);
+        let bf16 = |name| tera(name, MatmulFormat::Bf16);
         assert_eq!(bf16("NVIDIA H100 80GB HBM3"), Some(989.5));
         assert_eq!(bf16("NVIDIA H100 SXM5 80GB"), Some(989.5));
         assert_eq!(bf16("NVIDIA H100 PCIe"), Some(756.0));
@@ -187,20 +187,23 @@ mod tests {
         assert_eq!(bf16("NVIDIA A100-SXM4-80GB"), Some(312.0));
         assert_eq!(bf16("NVIDIA A100-PCIE-40GB"), Some(312.0));
         assert_eq!(bf16("NVIDIA GeForce RTX 4090"), Some(165.2));
-        assert_eq!(tera("Tesla T4", Precision::F16), Some(65.0));
-        assert_eq!(tera("nvidia geforce rtx 3050", Precision::F32), Some(9.1));
+        assert_eq!(tera("Tesla T4", MatmulFormat::F16), Some(65.0));
+        assert_eq!(
+            tera("nvidia geforce rtx 3050", MatmulFormat::F32),
+            Some(9.1)
+        );
     }
 
     #[test]
     fn sources_say_table_or_estimate() {
-        let h100 = lookup("NVIDIA H100 PCIe", Precision::F32).unwrap();
+        let h100 = lookup("NVIDIA H100 PCIe", MatmulFormat::F32).unwrap();
         assert_eq!(
             h100.source,
             PeakSource::Table {
                 gpu: "H100 PCIe".into()
             }
         );
-        let rtx3050 = lookup("NVIDIA GeForce RTX 3050", Precision::Bf16).unwrap();
+        let rtx3050 = lookup("NVIDIA GeForce RTX 3050", MatmulFormat::Bf16).unwrap();
         assert!(matches!(rtx3050.source, PeakSource::Estimate { ref how } if how.contains("2560")));
         assert_eq!(PeakFlops::user(1e12).source, PeakSource::User);
     }
@@ -222,53 +225,54 @@ mod tests {
             "Apple M2",
             "",
         ] {
-            assert!(lookup(name, Precision::F32).is_none(), "{name}");
+            assert!(lookup(name, MatmulFormat::F32).is_none(), "{name}");
         }
     }
 
     #[test]
     fn missing_precisions_give_none() {
-        assert!(lookup("Tesla T4", Precision::Bf16).is_none());
-        assert!(lookup("Tesla T4", Precision::Tf32).is_none());
-        assert!(lookup("Tesla T4", Precision::F64).is_none());
-        assert!(lookup("NVIDIA GeForce RTX 4090", Precision::F64).is_none());
-        assert!(lookup("NVIDIA GeForce RTX 3050", Precision::Int8).is_none());
+        assert!(lookup("Tesla T4", MatmulFormat::Bf16).is_none());
+        assert!(lookup("Tesla T4", MatmulFormat::Tf32).is_none());
+        assert!(lookup("Tesla T4", MatmulFormat::F64).is_none());
+        assert!(lookup("NVIDIA GeForce RTX 4090", MatmulFormat::F64).is_none());
+        assert!(lookup("NVIDIA GeForce RTX 3050", MatmulFormat::Int8).is_none());
     }
 
     #[test]
     fn fallback_reproduces_the_table_fp32_column() {
-        let rtx4090 = from_clocks(16384, 2520, Precision::F32).unwrap();
+        let rtx4090 = from_clocks(16384, 2520, MatmulFormat::F32).unwrap();
         assert!(close(rtx4090.flops_per_s, 82.575_36e12));
         assert!(
-            (rtx4090.flops_per_s / 1e12 - tera("NVIDIA GeForce RTX 4090", Precision::F32).unwrap())
-                .abs()
+            (rtx4090.flops_per_s / 1e12
+                - tera("NVIDIA GeForce RTX 4090", MatmulFormat::F32).unwrap())
+            .abs()
                 < 0.05
         );
-        let a100 = from_clocks(6912, 1410, Precision::F32).unwrap();
+        let a100 = from_clocks(6912, 1410, MatmulFormat::F32).unwrap();
         assert!(close(a100.flops_per_s, 19.491_84e12));
         assert!((a100.flops_per_s / 1e12 - 19.5).abs() < 0.01);
         assert!(matches!(a100.source, PeakSource::Estimate { ref how } if how.contains("6912")));
-        let rtx3050 = from_clocks(2560, 1777, Precision::F32).unwrap();
+        let rtx3050 = from_clocks(2560, 1777, MatmulFormat::F32).unwrap();
         assert!((rtx3050.flops_per_s / 1e12 - 9.1).abs() < 0.01);
     }
 
     #[test]
     fn fallback_derives_nothing_but_fp32() {
-        for precision in Precision::ALL {
+        for precision in MatmulFormat::ALL {
             let derived = from_clocks(16384, 2520, precision);
             assert_eq!(
                 derived.is_some(),
-                precision == Precision::F32,
+                precision == MatmulFormat::F32,
                 "{precision:?}"
             );
         }
-        assert!(from_clocks(0, 2520, Precision::F32).is_none());
-        assert!(from_clocks(16384, 0, Precision::F32).is_none());
+        assert!(from_clocks(0, 2520, MatmulFormat::F32).is_none());
+        assert!(from_clocks(16384, 0, MatmulFormat::F32).is_none());
     }
 
     #[test]
     fn precision_and_source_serialize_in_snake_case() {
-        let names: Vec<String> = Precision::ALL
+        let names: Vec<String> = MatmulFormat::ALL
             .iter()
             .map(|p| serde_json::to_string(p).unwrap())
             .collect();
@@ -278,7 +282,7 @@ mod tests {
                 "\"f64\"", "\"f32\"", "\"tf32\"", "\"bf16\"", "\"f16\"", "\"int8\""
             ]
         );
-        let peak = lookup("Tesla T4", Precision::Int8).unwrap();
+        let peak = lookup("Tesla T4", MatmulFormat::Int8).unwrap();
         assert_eq!(
             serde_json::to_string(&peak).unwrap(),
             r#"{"flops_per_s":130000000000000.0,"source":{"kind":"table","gpu":"T4"}}"#
@@ -288,9 +292,9 @@ mod tests {
     #[test]
     fn peaks_round_trip_through_json() {
         let peaks = [
-            lookup("Tesla T4", Precision::Int8).unwrap(),
-            lookup("NVIDIA GeForce RTX 3050", Precision::Bf16).unwrap(),
-            from_clocks(6912, 1410, Precision::F32).unwrap(),
+            lookup("Tesla T4", MatmulFormat::Int8).unwrap(),
+            lookup("NVIDIA GeForce RTX 3050", MatmulFormat::Bf16).unwrap(),
+            from_clocks(6912, 1410, MatmulFormat::F32).unwrap(),
             PeakFlops::user(1e15),
         ];
         for peak in peaks {

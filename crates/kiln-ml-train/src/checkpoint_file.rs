@@ -6,7 +6,6 @@
 //! write atomic: it is written to a temporary file in the same directory, synced, and renamed
 //! over the target, so a crash leaves either the old checkpoint or the new one.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use kiln_ml_core::Fingerprint;
@@ -32,29 +31,12 @@ pub(crate) fn write_sections(path: &Path, sections: &[(&str, &[u8])]) -> Result<
     let checksum = Fingerprint::of_bytes(&body).to_le_bytes();
     body.extend_from_slice(&checksum);
 
-    let io = |action: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| Error::CheckpointIo {
-            path,
-            action,
-            source,
-        }
-    };
-    let directory = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&directory).map_err(io("create directory", &directory))?;
-    let mut file = tempfile::NamedTempFile::new_in(&directory)
-        .map_err(io("create temporary file", &directory))?;
-    file.write_all(&body).map_err(io("write", file.path()))?;
-    file.as_file().sync_all().map_err(io("sync", file.path()))?;
-    file.persist(path)
-        .map_err(|error| io("rename into place", path)(error.error))?;
-    // Make the rename itself durable where directories can be synced.
-    if let Ok(handle) = std::fs::File::open(&directory) {
-        let _ = handle.sync_all();
-    }
+    let durable = kiln_ml_core::Durability::Synced;
+    kiln_ml_core::write_atomic(path, &body, durable).map_err(|error| Error::CheckpointIo {
+        path: error.path,
+        action: error.action,
+        source: error.source,
+    })?;
     Ok(())
 }
 

@@ -3,7 +3,6 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
 use super::index::DiskIndex;
@@ -51,9 +50,6 @@ pub struct DiskCache {
     pub(super) counters: Counters,
     pub(super) reports: Mutex<VecDeque<CorruptSegment>>,
     pub(super) last_write_error: Mutex<Option<String>>,
-    pub(super) next_temp: AtomicU64,
-    #[cfg(test)]
-    pub(super) fail_before_rename: std::sync::atomic::AtomicBool,
 }
 
 impl DiskCache {
@@ -98,9 +94,6 @@ impl DiskCache {
             counters: Counters::default(),
             reports: Mutex::new(VecDeque::new()),
             last_write_error: Mutex::new(None),
-            next_temp: AtomicU64::new(0),
-            #[cfg(test)]
-            fail_before_rename: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

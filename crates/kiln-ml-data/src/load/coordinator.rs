@@ -6,14 +6,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
-use kiln_ml_core::{Block, BlockFinder, BlockIndex, BlockLayout, BlockSource, Plan};
+use kiln_ml_core::{
+    Block, BlockFinder, BlockIndex, BlockLayout, BlockSource, BoxError, Plan, ReadError,
+};
 
 use super::collate::Collate;
 use super::parts::{Delivery, Start};
 use super::pool::Jobs;
 use super::reply::{Reply, Task};
 use super::schedule::EpochSchedule;
-use crate::{BoxError, Error, Result};
+use crate::{Error, Result};
 
 /// A block's samples as the coordinator stores them (taken out one by one), or why it failed,
 /// tagged with its entry in the schedule's `uses`.
@@ -205,15 +207,17 @@ where
                         Err(Error::panicked(format!("reading {}", location()), payload))
                     }
                     Ok(Err(error)) => Err(Error::from_source(location(), block, file, error)),
-                    Ok(Ok(samples)) if samples.len() as u64 != rows => Err(Error::Source {
-                        location: location(),
-                        block,
-                        file,
-                        source: BoxError::from(format!(
-                            "the source returned {} samples for a block of {rows} rows",
-                            samples.len()
-                        )),
-                    }),
+                    Ok(Ok(samples)) if samples.len() as u64 != rows => {
+                        Err(Error::Read(ReadError::Source {
+                            location: location(),
+                            block,
+                            file,
+                            source: BoxError::from(format!(
+                                "the source returned {} samples for a block of {rows} rows",
+                                samples.len()
+                            )),
+                        }))
+                    }
                     // Wrapped here, on a worker, not on the single coordinator thread.
                     Ok(Ok(samples)) => Ok(samples.into_iter().map(Some).collect()),
                 }

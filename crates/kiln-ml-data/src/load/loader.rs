@@ -13,7 +13,7 @@ use super::epoch::Epoch;
 use super::launch::Launcher;
 use super::parts::{Launch, Start};
 use super::pool::WorkerPool;
-use super::residency::Residency;
+use super::residency::LoaderResidency;
 use super::schedule::EpochSchedule;
 use crate::{Error, Result};
 
@@ -188,10 +188,10 @@ where
     }
 
     /// What executing `plan` holds in memory at most, in samples (see the type's docs).
-    pub fn residency(&self, plan: &Plan) -> Residency {
+    pub fn residency(&self, plan: &Plan) -> LoaderResidency {
         let config = self.config();
         let schedule = EpochSchedule::new(plan, config.drop_last);
-        Residency::of(
+        LoaderResidency::of(
             &schedule,
             self.source().as_ref(),
             config.prefetch_batches as u64,

@@ -18,4 +18,4 @@ pub use collate::{Collate, CollateFn, NoCollate, collate_fn};
 pub use config::LoaderConfig;
 pub use epoch::Epoch;
 pub use loader::Loader;
-pub use residency::Residency;
+pub use residency::LoaderResidency;

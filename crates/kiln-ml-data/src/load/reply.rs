@@ -4,7 +4,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_channel::Sender;
-use kiln_ml_core::{BlockIndex, FileId};
+use kiln_ml_core::{BlockIndex, FileId, ReadError};
 
 use crate::{Error, Result};
 
@@ -89,10 +89,10 @@ impl<K: Copy, T> Drop for Reply<K, T> {
         } else {
             "the job ended without a result"
         };
-        let error = Error::Panicked {
+        let error = Error::Read(ReadError::Panicked {
             task: self.task.to_string(),
             message: message.to_owned(),
-        };
+        });
         let _ = sender.send((self.key, Err(error)));
     }
 }

@@ -9,11 +9,11 @@ use super::schedule::EpochSchedule;
 /// group's uncompressed size), bytes resident at once; see
 /// [`Loader::residency`](crate::Loader::residency).
 ///
-/// The loader's side of kiln-ml-sampler's `quality::Residency` (what an ideal block-at-a-time
+/// The loader's side of kiln-ml-sampler's `quality::PlanResidency` (what an ideal block-at-a-time
 /// reader holds for a plan): the same plan, with the prefetch window, the read-ahead and the
 /// assembled batches counted in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Residency {
+pub struct LoaderResidency {
     /// Most blocks resident at once for the batches within the prefetch window.
     pub peak_window_blocks: u64,
     /// Most source samples resident at once in those blocks.
@@ -32,7 +32,7 @@ pub struct Residency {
     pub batch_bytes: Option<u64>,
 }
 
-impl Residency {
+impl LoaderResidency {
     /// Source samples held at most (window, read-ahead and assembled batches together).
     pub fn max_samples(&self) -> u64 {
         self.peak_window_samples + self.read_ahead_samples + self.batch_samples
@@ -125,7 +125,7 @@ mod tests {
         // One file of ten blocks of ten rows.
         let layout = MemorySource::with_ids(&[&[10; 10]]);
         let sequential = Plan::new(0, Shard::SINGLE, 5, (0..100).collect(), &layout).unwrap();
-        let held = Residency::of(&EpochSchedule::new(&sequential, false), &layout, 2, 1);
+        let held = LoaderResidency::of(&EpochSchedule::new(&sequential, false), &layout, 2, 1);
         assert_eq!(held.peak_window_blocks, 2);
         assert_eq!(held.read_ahead_samples, 10);
         assert_eq!(held.batch_samples, 10);
@@ -134,7 +134,7 @@ mod tests {
             .flat_map(|row| (0..10).map(move |b| b * 10 + row))
             .collect();
         let strided = Plan::new(0, Shard::SINGLE, 5, strided, &layout).unwrap();
-        let held = Residency::of(&EpochSchedule::new(&strided, false), &layout, 2, 1);
+        let held = LoaderResidency::of(&EpochSchedule::new(&strided, false), &layout, 2, 1);
         assert_eq!(held.peak_window_blocks, 10);
         assert_eq!(held.peak_window_samples, 100);
         assert_eq!(held.max_bytes(), None, "the source does not know its sizes");
@@ -159,7 +159,7 @@ mod tests {
     fn bytes_follow_the_blocks_sizes() {
         let layout = Sized(MemorySource::with_ids(&[&[10; 10]]));
         let sequential = Plan::new(0, Shard::SINGLE, 5, (0..100).collect(), &layout).unwrap();
-        let held = Residency::of(&EpochSchedule::new(&sequential, false), &layout, 2, 1);
+        let held = LoaderResidency::of(&EpochSchedule::new(&sequential, false), &layout, 2, 1);
         assert_eq!(held.peak_window_bytes, Some(8 * held.peak_window_samples));
         assert_eq!(held.read_ahead_bytes, Some(8 * held.read_ahead_samples));
         assert_eq!(held.batch_bytes, Some(8 * held.batch_samples));

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use kiln_ml_core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout};
+use kiln_ml_core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout, ReadError};
 use rayon::prelude::*;
 
 use super::discover::discover;
@@ -368,9 +368,11 @@ impl<D: RowDecoder> ParquetSource<D> {
     }
 
     fn locate(&self, block: BlockIndex) -> Result<(&ParquetFile, usize)> {
-        let no_such_block = || Error::NoSuchBlock {
-            block,
-            blocks: self.layout.num_blocks(),
+        let no_such_block = || {
+            Error::Read(ReadError::NoSuchBlock {
+                block,
+                blocks: self.layout.num_blocks(),
+            })
         };
         let Block {
             file,

@@ -4,7 +4,7 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use kiln_ml_core::{BlockLayout, BlockSource};
+use kiln_ml_core::{BlockLayout, BlockSource, ReadError};
 use kiln_ml_data::arrow_array::cast::AsArray;
 use kiln_ml_data::arrow_array::types::Int64Type;
 use kiln_ml_data::arrow_array::{Array, RecordBatch, StringArray};
@@ -116,7 +116,10 @@ fn linked_directories_and_files_are_followed_once_through_cycles() {
     mkdir_write(&broken.join("part-0.parquet"), 0..5);
     symlink(dir.path().join("gone"), broken.join("part-1.parquet")).unwrap();
     let error = ParquetSource::builder().dir(&broken).build().unwrap_err();
-    assert!(matches!(error, Error::Io { .. }), "{error}");
+    assert!(
+        matches!(error, Error::Read(ReadError::Io { .. })),
+        "{error}"
+    );
     assert!(error.to_string().contains("part-1.parquet"), "{error}");
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-pub use verdict::{Diagnosis, Measurement, Thresholds, Verdict, decide};
+pub use verdict::{Diagnosis, RunMeasurement, Thresholds, Verdict, decide_bottleneck};
 
 use crate::{Clock, Error, Result};
 
@@ -115,14 +115,14 @@ impl<'a> Bottleneck<'a> {
         }
         let cached = self.measure("the cached-batch run", &mut cached_step)?;
         let real = self.measure("the real-loader run", &mut real_step)?;
-        Ok(decide(cached, real, self.thresholds))
+        Ok(decide_bottleneck(cached, real, self.thresholds))
     }
 
     fn measure<E: Display>(
         &self,
         during: &str,
         step: &mut dyn FnMut() -> std::result::Result<StepRun, E>,
-    ) -> Result<Measurement> {
+    ) -> Result<RunMeasurement> {
         let failed = |error: E| Error::Run {
             during: during.to_owned(),
             message: error.to_string(),
@@ -142,7 +142,7 @@ impl<'a> Bottleneck<'a> {
         let seconds = started.elapsed().as_secs_f64();
         let to = self.clock.now();
         let gpu_utilization_percent = self.utilization.as_ref().and_then(|util| util(from, to));
-        Ok(Measurement {
+        Ok(RunMeasurement {
             steps: self.measure_steps,
             seconds,
             steps_per_s: if seconds > 0.0 {

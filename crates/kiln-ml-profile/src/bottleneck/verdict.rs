@@ -53,7 +53,7 @@ impl Default for Thresholds {
 
 /// One measured run of steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Measurement {
+pub struct RunMeasurement {
     /// Steps measured (after warm-up).
     pub steps: usize,
     /// Their wall time, in seconds.
@@ -76,9 +76,9 @@ pub struct Diagnosis {
     /// What limits the step.
     pub verdict: Verdict,
     /// The steps on one batch kept on the device.
-    pub cached: Measurement,
+    pub cached: RunMeasurement,
     /// The steps fed by the real loader.
-    pub real: Measurement,
+    pub real: RunMeasurement,
     /// `real.steps_per_s / cached.steps_per_s`.
     pub throughput_ratio: f64,
     /// Whether the loss on the cached batch went down (the first third's mean above the last
@@ -94,7 +94,11 @@ pub struct Diagnosis {
 }
 
 /// Decides from the two runs.
-pub fn decide(cached: Measurement, real: Measurement, thresholds: Thresholds) -> Diagnosis {
+pub fn decide_bottleneck(
+    cached: RunMeasurement,
+    real: RunMeasurement,
+    thresholds: Thresholds,
+) -> Diagnosis {
     let ratio = if cached.steps_per_s > 0.0 {
         real.steps_per_s / cached.steps_per_s
     } else {
@@ -171,8 +175,8 @@ fn loss_decreased(losses: &[f64]) -> Option<bool> {
 mod tests {
     use super::*;
 
-    fn run(steps_per_s: f64, wait_share: f64, util: Option<f64>) -> Measurement {
-        Measurement {
+    fn run(steps_per_s: f64, wait_share: f64, util: Option<f64>) -> RunMeasurement {
+        RunMeasurement {
             steps: 10,
             seconds: 10.0 / steps_per_s,
             steps_per_s,
@@ -186,18 +190,18 @@ mod tests {
     #[test]
     fn each_rule_decides_its_case() {
         let t = Thresholds::default();
-        let slow_loader = decide(run(10.0, 0.0, None), run(4.0, 0.6, None), t);
+        let slow_loader = decide_bottleneck(run(10.0, 0.0, None), run(4.0, 0.6, None), t);
         assert_eq!(slow_loader.verdict, Verdict::InputBound);
         assert!((slow_loader.throughput_ratio - 0.4).abs() < 1e-12);
         // Throughput near the cached one, but the device waits and is idle.
-        let waits = decide(run(10.0, 0.0, Some(90.0)), run(9.0, 0.3, Some(30.0)), t);
+        let waits = decide_bottleneck(run(10.0, 0.0, Some(90.0)), run(9.0, 0.3, Some(30.0)), t);
         assert_eq!(waits.verdict, Verdict::InputBound);
         // Waiting while the device is busy anyway is not input-bound.
-        let busy = decide(run(10.0, 0.0, Some(95.0)), run(9.5, 0.3, Some(90.0)), t);
+        let busy = decide_bottleneck(run(10.0, 0.0, Some(95.0)), run(9.5, 0.3, Some(90.0)), t);
         assert_eq!(busy.verdict, Verdict::ComputeBound);
-        let launch = decide(run(10.0, 0.0, Some(20.0)), run(9.8, 0.01, Some(20.0)), t);
+        let launch = decide_bottleneck(run(10.0, 0.0, Some(20.0)), run(9.8, 0.01, Some(20.0)), t);
         assert_eq!(launch.verdict, Verdict::HostOverheadBound);
-        let compute = decide(run(10.0, 0.0, None), run(9.9, 0.01, None), t);
+        let compute = decide_bottleneck(run(10.0, 0.0, None), run(9.9, 0.01, None), t);
         assert_eq!(compute.verdict, Verdict::ComputeBound);
         assert!(compute.evidence.iter().any(|line| line.contains("unknown")));
     }
@@ -206,7 +210,7 @@ mod tests {
     fn a_loss_that_does_not_fall_on_one_batch_is_a_warning() {
         let mut cached = run(10.0, 0.0, None);
         cached.losses = vec![1.0, 1.0, 1.1, 1.2, 1.2, 1.3];
-        let diagnosis = decide(cached, run(10.0, 0.0, None), Thresholds::default());
+        let diagnosis = decide_bottleneck(cached, run(10.0, 0.0, None), Thresholds::default());
         assert_eq!(diagnosis.cached_loss_decreased, Some(false));
         assert_eq!(diagnosis.warnings.len(), 1);
         assert_eq!(loss_decreased(&[1.0, 0.5]), None);

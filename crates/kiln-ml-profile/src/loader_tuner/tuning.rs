@@ -115,7 +115,10 @@ impl LoaderTuning {
 /// prefetch buy a few percent of noise and cost what the trainer wants, CPU cores for its own
 /// host work and RAM for every prefetched batch and worker buffer. Measurements with a rate
 /// that is not a number are ignored.
-pub fn recommend(measurements: &[LoaderMeasurement], tolerance: f64) -> Option<LoaderSetting> {
+pub fn best_loader_setting(
+    measurements: &[LoaderMeasurement],
+    tolerance: f64,
+) -> Option<LoaderSetting> {
     let measured = || measurements.iter().filter(|m| !m.samples_per_s.is_nan());
     let best = measured().map(|m| m.samples_per_s).max_by(f64::total_cmp)?;
     let tolerance = if tolerance.is_nan() {
@@ -180,11 +183,11 @@ mod tests {
     fn recommends_fewest_workers_within_tolerance() {
         let all = saturating();
         // Best 410; 5% below is 389.5: (2, 2) at 390 qualifies.
-        assert_eq!(recommend(&all, 0.05), setting(2, 2));
+        assert_eq!(best_loader_setting(&all, 0.05), setting(2, 2));
         // 2% below is 401.8: only 4 workers qualify, prefetch 2 before 8.
-        assert_eq!(recommend(&all, 0.02), setting(4, 2));
-        assert_eq!(recommend(&all, 0.0), setting(4, 8));
-        assert_eq!(recommend(&all, 0.9), setting(0, 2));
+        assert_eq!(best_loader_setting(&all, 0.02), setting(4, 2));
+        assert_eq!(best_loader_setting(&all, 0.0), setting(4, 8));
+        assert_eq!(best_loader_setting(&all, 0.9), setting(0, 2));
         assert_eq!(fastest(&all), setting(4, 8));
     }
 
@@ -195,10 +198,10 @@ mod tests {
             measured(2, 4, 300.0),
             measured(1, 2, f64::NAN),
         ];
-        assert_eq!(recommend(&tied, 0.0), setting(2, 4));
+        assert_eq!(best_loader_setting(&tied, 0.0), setting(2, 4));
         assert_eq!(fastest(&tied), setting(2, 8));
-        assert_eq!(recommend(&[], 0.05), None);
-        assert_eq!(recommend(&[measured(1, 2, f64::NAN)], 0.05), None);
+        assert_eq!(best_loader_setting(&[], 0.05), None);
+        assert_eq!(best_loader_setting(&[measured(1, 2, f64::NAN)], 0.05), None);
     }
 
     #[test]
@@ -206,7 +209,7 @@ mod tests {
         let measurements = saturating();
         let tuning = LoaderTuning {
             best: fastest(&measurements).unwrap(),
-            recommended: recommend(&measurements, 0.05).unwrap(),
+            recommended: best_loader_setting(&measurements, 0.05).unwrap(),
             measurements,
             tolerance: 0.05,
         };

@@ -11,7 +11,7 @@ use super::{DeviceSample, MonitorRecord, SourceStatus};
 use crate::{Clock, Error, Result};
 
 /// The name of the monitor's thread (as debuggers and `top -H` show it).
-pub const THREAD_NAME: &str = "kiln-device-monitor";
+pub const MONITOR_THREAD_NAME: &str = "kiln-device-monitor";
 
 /// A background thread sampling the GPU (NVML), a memory probe (Burn's pool, the heap) and
 /// the host's CPU and RAM at a set interval, never on the training thread. A source that
@@ -52,7 +52,7 @@ impl DeviceMonitor {
         let interval = config.interval;
         let shared = Arc::clone(&samples);
         let thread = std::thread::Builder::new()
-            .name(THREAD_NAME.to_owned())
+            .name(MONITOR_THREAD_NAME.to_owned())
             .spawn(move || sampler::run(config, shared, stopped, ready))
             .map_err(|error| Error::Run {
                 during: "starting the device monitor thread".to_owned(),

@@ -16,7 +16,7 @@ mod sampler;
 mod summary;
 
 pub use builder::DeviceMonitorBuilder;
-pub use device_monitor::{DeviceMonitor, THREAD_NAME};
+pub use device_monitor::{DeviceMonitor, MONITOR_THREAD_NAME};
 pub use device_probe::device_memory_probe;
 pub use heap::{HeapProbe, PeakAlloc};
 pub use nvml::{GpuInfo, nvml_gpus};
@@ -24,4 +24,6 @@ pub use nvml::{GpuInfo, nvml_gpus};
 pub use pool::CubePoolProbe;
 pub use record::{MonitorRecord, SourceStatus};
 pub use sample::DeviceSample;
-pub use summary::{MonitorSummary, Stats, by_epoch, by_phase, summarize};
+pub use summary::{
+    MonitorStats, MonitorSummary, summaries_by_epoch, summaries_by_phase, summarize_samples,
+};

@@ -13,7 +13,7 @@
 //! queued operations on the device's runner thread, but every task sent there carries the
 //! sender's stream id (cubecl-common `ChannelDeviceHandle::submit*` wrap the task in
 //! `StreamId::executes`), and fused and unfused operations alike allocate in the training
-//! thread's pool. `tests/monitor_wgpu.rs` checks this on wgpu.
+//! thread's pool. `tests/profile/monitor_wgpu.rs` checks this on wgpu.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

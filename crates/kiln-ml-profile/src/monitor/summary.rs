@@ -9,7 +9,7 @@ use crate::phase::{Action, EpochBounds, Span};
 
 /// Min, mean and max of one figure over the samples that had it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Stats {
+pub struct MonitorStats {
     /// The smallest value.
     pub min: f64,
     /// The arithmetic mean.
@@ -20,27 +20,29 @@ pub struct Stats {
     pub count: usize,
 }
 
-/// Summaries of a set of samples: [`Stats`] per numeric field of [`DeviceSample`] (by field
+/// Summaries of a set of samples: [`MonitorStats`] per numeric field of [`DeviceSample`] (by field
 /// name, only fields some sample had), and how many samples named each throttle reason.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct MonitorSummary {
     /// How many samples were summarized.
     pub samples: usize,
     /// Per field name (`gpu_utilization_percent`, `pool_in_use_bytes`, ...).
-    pub fields: BTreeMap<String, Stats>,
+    pub fields: BTreeMap<String, MonitorStats>,
     /// Per throttle reason (`sw_power_cap`, ...): the number of samples that named it.
     pub throttle_reasons: BTreeMap<String, usize>,
 }
 
 impl MonitorSummary {
     /// The stats of the field named `name`, if any sample had it.
-    pub fn get(&self, name: &str) -> Option<&Stats> {
+    pub fn get(&self, name: &str) -> Option<&MonitorStats> {
         self.fields.get(name)
     }
 }
 
 /// Summarizes `samples`.
-pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a DeviceSample>) -> MonitorSummary {
+pub fn summarize_samples<'a>(
+    samples: impl IntoIterator<Item = &'a DeviceSample>,
+) -> MonitorSummary {
     #[derive(Clone, Copy)]
     struct Acc {
         min: f64,
@@ -72,7 +74,7 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a DeviceSample>) -> Mon
     summary.fields = acc
         .into_iter()
         .map(|(name, acc)| {
-            let stats = Stats {
+            let stats = MonitorStats {
                 min: acc.min,
                 mean: acc.sum / acc.count as f64,
                 max: acc.max,
@@ -88,7 +90,10 @@ pub fn summarize<'a>(samples: impl IntoIterator<Item = &'a DeviceSample>) -> Mon
 /// [`Action::Step`] spans are ignored (they cover the phases); samples outside every span are
 /// left out, and so are actions no sample fell in. Spans of a run do not overlap; if two did,
 /// a sample in both would go to the one that started later.
-pub fn by_phase(samples: &[DeviceSample], spans: &[Span]) -> BTreeMap<Action, MonitorSummary> {
+pub fn summaries_by_phase(
+    samples: &[DeviceSample],
+    spans: &[Span],
+) -> BTreeMap<Action, MonitorSummary> {
     let mut phases: Vec<&Span> = spans
         .iter()
         .filter(|span| span.action != Action::Step)
@@ -105,14 +110,17 @@ pub fn by_phase(samples: &[DeviceSample], spans: &[Span]) -> BTreeMap<Action, Mo
     }
     grouped
         .into_iter()
-        .map(|(action, samples)| (action, summarize(samples)))
+        .map(|(action, samples)| (action, summarize_samples(samples)))
         .collect()
 }
 
 /// Summaries per epoch: a sample belongs to the epoch whose `[start, end)` on the profile's
 /// clock holds its `at`; an epoch still open (`end` is `None`) runs to the last sample. Epochs
 /// no sample fell in are left out.
-pub fn by_epoch(samples: &[DeviceSample], epochs: &[EpochBounds]) -> BTreeMap<u64, MonitorSummary> {
+pub fn summaries_by_epoch(
+    samples: &[DeviceSample],
+    epochs: &[EpochBounds],
+) -> BTreeMap<u64, MonitorSummary> {
     epochs
         .iter()
         .filter_map(|bounds| {
@@ -122,7 +130,7 @@ pub fn by_epoch(samples: &[DeviceSample], epochs: &[EpochBounds]) -> BTreeMap<u6
                     bounds.start <= sample.at && bounds.end.is_none_or(|end| sample.at < end)
                 })
                 .collect();
-            (!within.is_empty()).then(|| (bounds.epoch, summarize(within)))
+            (!within.is_empty()).then(|| (bounds.epoch, summarize_samples(within)))
         })
         .collect()
 }
@@ -157,7 +165,7 @@ mod tests {
         let mut throttled = sample(30, None);
         throttled.gpu_throttle_reasons = Some(vec!["sw_power_cap".into()]);
         let samples = [sample(10, Some(20.0)), sample(20, Some(80.0)), throttled];
-        let summary = summarize(&samples);
+        let summary = summarize_samples(&samples);
         assert_eq!(summary.samples, 3);
         let gpu = summary
             .get("gpu_utilization_percent")
@@ -186,7 +194,7 @@ mod tests {
             .into_iter()
             .map(|at| sample(at, Some(at as f64)))
             .collect();
-        let phases = by_phase(&samples, &spans);
+        let phases = summaries_by_phase(&samples, &spans);
         let count = |action| phases.get(&action).map(|s: &MonitorSummary| s.samples);
         assert_eq!(count(Action::DataWait), Some(2));
         assert_eq!(count(Action::Forward), Some(3));
@@ -206,7 +214,7 @@ mod tests {
             start: Duration::from_millis(start_ms),
             end: end_ms.map(Duration::from_millis),
         };
-        let epochs = by_epoch(
+        let epochs = summaries_by_epoch(
             &samples,
             &[
                 bounds(0, 0, Some(20)),

@@ -37,14 +37,14 @@
 //! joined by NVLink (134 TFLOPS FP32), Lightning's `h100 nvl` row keeps those, and per-board
 //! figures differ between sources, so kiln gives `None` and leaves the peak to the user.
 
-use super::Precision;
+use super::MatmulFormat;
 
 /// One GPU's peaks, in TFLOPS (TOPS for INT8).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PeakRow {
     /// The GPU, as reports name it (`H100 SXM`).
     pub gpu: &'static str,
-    /// Peaks in the order of [`Precision::ALL`]; `None` where the GPU lacks the precision.
+    /// Peaks in the order of [`MatmulFormat::ALL`]; `None` where the GPU lacks the precision.
     pub tera: [Option<f64>; 6],
     /// How the row was derived, when it is an estimate rather than a vendor figure.
     pub estimate: Option<&'static str>,
@@ -52,7 +52,7 @@ pub struct PeakRow {
 
 impl PeakRow {
     /// The peak at `precision`, in TFLOPS (TOPS for INT8).
-    pub fn tera(&self, precision: Precision) -> Option<f64> {
+    pub fn tera(&self, precision: MatmulFormat) -> Option<f64> {
         self.tera[precision as usize]
     }
 }
@@ -254,7 +254,7 @@ mod tests {
         ];
         for (row, (gpu, tera)) in ROWS.iter().zip(expected) {
             assert_eq!(row.gpu, gpu);
-            for (precision, want) in Precision::ALL.into_iter().zip(tera) {
+            for (precision, want) in MatmulFormat::ALL.into_iter().zip(tera) {
                 assert_eq!(row.tera(precision), want, "{gpu} {precision:?}");
             }
         }

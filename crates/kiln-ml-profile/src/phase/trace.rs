@@ -70,7 +70,8 @@ pub fn write_chrome_trace(path: &Path, spans: &[Span], samples: &[DeviceSample])
         what: "the Chrome trace".to_owned(),
         source,
     })?;
-    crate::atomic_write::write_atomic(path, &bytes)
+    let synced = kiln_ml_core::Durability::Synced;
+    Ok(kiln_ml_core::write_atomic(path, &bytes, synced)?)
 }
 
 fn thread_name(tid: u64, name: &str) -> Value {

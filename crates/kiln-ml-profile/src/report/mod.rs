@@ -1,6 +1,8 @@
-//! One report of a profiled run: a JSON document with everything measured, and an SVG timeline
+//! One report of a profiled run: a JSON document with everything measured, and (feature `svg`)
+//! an SVG timeline
 //! (phases per step, device utilization and memory under them).
 
+#[cfg(feature = "svg")]
 mod svg;
 
 use std::collections::BTreeMap;
@@ -8,10 +10,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "svg")]
 pub use svg::write_timeline_svg;
 
 use crate::batch_size::FinderReport;
-use crate::monitor::{MonitorRecord, MonitorSummary, SourceStatus, by_epoch, by_phase, summarize};
+use crate::monitor::{
+    MonitorRecord, MonitorSummary, SourceStatus, summaries_by_epoch, summaries_by_phase,
+    summarize_samples,
+};
 use crate::phase::{EpochBounds, PhaseReport, PhaseTimer, Span};
 use crate::{Diagnosis, Result, ThroughputReport};
 
@@ -56,12 +62,13 @@ impl ProfileReport {
         };
         if let Some(record) = monitor {
             report.monitor_sources = record.sources.clone();
-            report.device = (!record.samples.is_empty()).then(|| summarize(&record.samples));
-            report.device_by_phase = by_phase(&record.samples, spans)
+            report.device =
+                (!record.samples.is_empty()).then(|| summarize_samples(&record.samples));
+            report.device_by_phase = summaries_by_phase(&record.samples, spans)
                 .into_iter()
                 .map(|(action, summary)| (action.name().to_owned(), summary))
                 .collect();
-            report.device_by_epoch = by_epoch(&record.samples, epochs);
+            report.device_by_epoch = summaries_by_epoch(&record.samples, epochs);
         }
         report
     }
@@ -95,6 +102,7 @@ impl ProfileReport {
     /// Writes the report as JSON to `path` (atomically).
     pub fn write_json(&self, path: &Path) -> Result<()> {
         let json = self.to_json()? + "\n";
-        crate::atomic_write::write_atomic(path, json.as_bytes())
+        let synced = kiln_ml_core::Durability::Synced;
+        Ok(kiln_ml_core::write_atomic(path, json.as_bytes(), synced)?)
     }
 }

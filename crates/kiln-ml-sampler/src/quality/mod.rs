@@ -28,5 +28,5 @@ mod stats;
 pub use ideal::IdealStats;
 pub use options::{Grouping, QualityOptions};
 pub use report::{QualityReport, Stretch, measure};
-pub use residency::{Residency, residency};
+pub use residency::{PlanResidency, residency};
 pub use stats::{LagRate, OrderStats};

@@ -5,7 +5,7 @@ use kiln_ml_core::{BlockLayout, Plan};
 /// What a loader that reads each block at its first use and frees it after its last use holds
 /// while executing a plan.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Residency {
+pub struct PlanResidency {
     /// The most blocks held at once.
     pub max_blocks: usize,
     /// The most rows (samples, read or not yet emitted) held at once.
@@ -34,7 +34,7 @@ pub struct Residency {
 /// assert_eq!((held.max_blocks, held.max_rows), (1, 10));
 /// # Ok::<(), kiln_ml_sampler::Error>(())
 /// ```
-pub fn residency(plan: &Plan, layout: &dyn BlockLayout) -> Residency {
+pub fn residency(plan: &Plan, layout: &dyn BlockLayout) -> PlanResidency {
     let blocks = layout.blocks();
     // +rows at first use, −rows just after last use; at equal positions, releases first.
     let mut events: Vec<(u64, i64, u64)> = Vec::with_capacity(2 * plan.schedule().len());
@@ -60,7 +60,7 @@ pub fn residency(plan: &Plan, layout: &dyn BlockLayout) -> Residency {
         max_blocks = max_blocks.max(held_blocks);
         max_rows = max_rows.max(held_rows);
     }
-    Residency {
+    PlanResidency {
         max_blocks: max_blocks as usize,
         max_rows,
         mean_rows: if plan.is_empty() {

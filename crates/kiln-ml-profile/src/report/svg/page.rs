@@ -11,10 +11,10 @@ use super::device::{draw_memory, draw_utilization};
 use super::panel::{Drawn, FONT, WIDTH, seconds};
 use super::phases::{Rows, draw_legend, draw_timeline};
 use super::window::{MAX_SPANS, time_range, window};
-use crate::atomic_write::write_atomic;
 use crate::monitor::DeviceSample;
 use crate::phase::Span;
 use crate::{Error, Result};
+use kiln_ml_core::{Durability, write_atomic};
 
 const TITLE_HEIGHT: u32 = 44;
 const LEGEND_HEIGHT: u32 = 30;
@@ -40,7 +40,7 @@ pub fn write_timeline_svg(
         path: path.to_owned(),
         message,
     })?;
-    write_atomic(path, svg.as_bytes())
+    Ok(write_atomic(path, svg.as_bytes(), Durability::Synced)?)
 }
 
 /// The SVG text of the picture.

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kiln_ml_profile::monitor::{by_phase, nvml_gpus, summarize};
-use kiln_ml_profile::phase::{Action, Span};
+use kiln_ml_profile::{Action, Span};
 use kiln_ml_profile::{Clock, DeviceMonitor, Error, MemoryProbe, MemoryReading};
+use kiln_ml_profile::{nvml_gpus, summaries_by_phase, summarize_samples};
 
 /// Waits (generously: this is no timing test) until `done` holds.
 fn wait_until(monitor: &DeviceMonitor, done: impl Fn(&DeviceMonitor) -> bool) {
@@ -135,7 +135,7 @@ fn the_memory_probe_fills_the_pool_figures_and_summaries_cover_them() {
     assert!(record.sources[0].available);
     assert!(record.samples.iter().all(|s| s.ram_total_bytes.is_none()));
 
-    let all = summarize(&record.samples);
+    let all = summarize_samples(&record.samples);
     let in_use = all.get("pool_in_use_bytes").expect("every sample has it");
     assert_eq!((in_use.min, in_use.max), (100.0, 300.0));
     assert_eq!(all.get("pool_reserved_bytes").map(|s| s.max), Some(600.0));
@@ -155,7 +155,7 @@ fn the_memory_probe_fills_the_pool_figures_and_summaries_cover_them() {
         span(Action::Forward, Duration::ZERO, switch),
         span(Action::Backward, switch, end),
     ];
-    let phases = by_phase(&record.samples, &spans);
+    let phases = summaries_by_phase(&record.samples, &spans);
     let forward = phases[&Action::Forward]
         .get("pool_in_use_bytes")
         .expect("had samples");

@@ -2,7 +2,7 @@
 //! `nutonomy/nuscenes-devkit:python-sdk/nuscenes/eval/prediction/tests/test_metrics.py`
 //! (reference/metrics.md section 8.3). Tolerance 1e-4 as in the file.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use kiln_ml_metrics::per_mode::mode_errors;

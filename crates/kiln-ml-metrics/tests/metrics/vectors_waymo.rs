@@ -7,7 +7,7 @@
 //! one joint prediction. Results are read for (VEHICLE, step 3). Every case with an mAP
 //! expectation checks it too, with trajectory types classified from the test's own tracks.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use kiln_ml_metrics::{

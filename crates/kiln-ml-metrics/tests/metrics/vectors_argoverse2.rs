@@ -2,7 +2,7 @@
 //! `argoverse/av2-api:tests/unit/datasets/motion_forecasting/eval/test_metrics.py`
 //! (reference/metrics.md section 8.1). The ground truth is 10 steps parked at the origin.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use kiln_ml_metrics::per_mode::{brier_scores, mode_errors};

@@ -5,7 +5,7 @@
 //! whose FDE exceeds 2 m. av2 ships no tests for its world functions; these scenes are built so
 //! that every value follows from the definitions by hand.
 
-mod common;
+use crate::common;
 
 use common::Case;
 use kiln_ml_metrics::MetricsConfig;

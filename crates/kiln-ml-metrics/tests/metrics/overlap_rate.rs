@@ -4,7 +4,7 @@
 //! heading of its neighbouring points, against every other valid object, at every step up to the
 //! horizon. Waymo's tests have no overlap case; these scenes follow from the definition by hand.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_reports_close};
 use kiln_ml_core::Metric;

@@ -2,7 +2,7 @@
 //! `argoverse/argoverse-api:tests/test_eval_forecasting.py` (values from the evaluator, see
 //! reference/metrics.md section 8.2). Every case runs on the host and the flex tensor path.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use kiln_ml_metrics::{MetricReport, MetricsConfig, MissRule};

@@ -1,6 +1,6 @@
 //! Renormalized probabilities when the kept modes carry no mass at all.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use kiln_ml_metrics::{MetricsConfig, ProbabilityCheck, Pruning};

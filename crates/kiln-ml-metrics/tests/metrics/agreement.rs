@@ -1,7 +1,7 @@
 //! Properties: the host and tensor paths agree, merged states equal one pass, threads change
 //! nothing, and rejected batches leave the state untouched.
 
-mod common;
+use crate::common;
 
 use common::{Case, PATH_TOLERANCE, assert_reports_close};
 use kiln_ml_core::Metric;

@@ -1,0 +1,141 @@
+//! Whole-file writes that a reader sees complete or not at all, with one rule for how durable
+//! they are.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// How far [`write_atomic`] takes a write before it returns. The rule: what cannot be rebuilt
+/// (checkpoints, reports, results) is [`Synced`](Durability::Synced); what is verified when
+/// read and rebuilt when missing (checksummed cache segments) is
+/// [`Renamed`](Durability::Renamed), which spares an fsync per write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The file's bytes, then its directory entry, are flushed to the disk (fsync of the file
+    /// before the rename, of the directory after it, where directories can be synced): the
+    /// write survives a crash or a power loss.
+    Synced,
+    /// Atomic against other processes and crashes of this one, but nothing is flushed: after a
+    /// power loss the file may be missing or hold fewer bytes.
+    Renamed,
+}
+
+/// An atomic write that failed: what was being done, to which path. The destination is never
+/// left half-written, and the temporary file is removed.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {path}: {source}")]
+pub struct WriteError {
+    /// What failed ("creating directory", "writing", "syncing", "renaming into place").
+    pub action: &'static str,
+    /// The file or directory it failed on.
+    pub path: PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory (named
+/// `.NAME.XXXXXX.tmp`, so a crash leaves only dot-files ending in `.tmp` behind) and a rename,
+/// creating the directory if needed. Readers see the old file or the new one, never a part. The
+/// file gets the usual mode (0644 on Unix), not a temporary file's private one.
+///
+/// ```
+/// use kiln_ml_core::{Durability, write_atomic};
+///
+/// let dir = std::env::temp_dir().join(format!("kiln-doc-{}", std::process::id()));
+/// let path = dir.join("report.json");
+/// write_atomic(&path, b"{}", Durability::Synced).unwrap();
+/// assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> Result<(), WriteError> {
+    let failed = |action: &'static str, at: &Path| {
+        let path = at.to_path_buf();
+        move |source| WriteError {
+            action,
+            path,
+            source,
+        }
+    };
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(directory).map_err(failed("creating directory", directory))?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |name| name.to_string_lossy());
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let mut file = builder
+        .tempfile_in(directory)
+        .map_err(failed("creating a temporary file in", directory))?;
+    file.write_all(bytes)
+        .map_err(failed("writing", file.path()))?;
+    if durability == Durability::Synced {
+        file.as_file()
+            .sync_all()
+            .map_err(failed("syncing", file.path()))?;
+    }
+    file.persist(path)
+        .map_err(|error| failed("renaming into place", path)(error.error))?;
+    if durability == Durability::Synced {
+        // The rename is durable once the directory is; not every platform can sync one.
+        if let Ok(handle) = std::fs::File::open(directory) {
+            let _ = handle.sync_all();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_replace_whole_files_and_leave_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested").join("out.json");
+        for (bytes, durability) in [
+            (&b"first"[..], Durability::Synced),
+            (b"2nd", Durability::Renamed),
+        ] {
+            write_atomic(&path, bytes, durability).unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        }
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["out.json"]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o644);
+        }
+    }
+
+    #[test]
+    fn a_failed_rename_names_the_path_and_keeps_the_old_state() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the file should go: the rename fails.
+        let path = dir.path().join("taken");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("inside"), b"x").unwrap();
+        let error = write_atomic(&path, b"data", Durability::Synced).unwrap_err();
+        assert_eq!(error.action, "renaming into place");
+        assert_eq!(error.path, path);
+        assert!(
+            error.to_string().starts_with("renaming into place "),
+            "{error}"
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["taken"], "the temporary file is gone");
+    }
+}
