@@ -12,8 +12,8 @@
 //! `--features wgpu` for a Vulkan GPU). A precision the device cannot run (bf16 on Mesa's
 //! lavapipe) is reported as unsupported (`bf16_supported: false`) and skipped.
 //!
-//! The model, batch and step are defined here rather than taken from kiln-ml-testkit, so the
-//! example reads on its own.
+//! The model, its batches and its step are kiln-ml-testkit's (`Mlp` with two hidden layers,
+//! `RegressionBatch`, MSE under the trainer's autocast policy); only the data is drawn here.
 //!
 //! Run: `cargo run --release --example amp_parity -- --help`
 //! On a Vulkan device: `cargo run --release --features wgpu --example amp_parity -- --device wgpu`
@@ -22,19 +22,15 @@ use std::time::Instant;
 
 use anyhow::{Context, ensure};
 use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
-use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::backend::BackendTask;
 use kiln_ml::core::{PlainBatches, StepOutcome, StepReport};
-use kiln_ml::train::{
-    Autocast, Precision, ProgressObserver, StepOutput, TrainStep, Trainer, TrainerConfig,
-    materialize,
-};
+use kiln_ml::train::{Precision, ProgressObserver, Trainer, TrainerConfig, materialize};
+use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -64,65 +60,13 @@ struct Args {
     /// Optimizer steps the host may queue ahead of the device before it waits (0: no bound).
     #[arg(long, default_value_t = 2)]
     max_queued_steps: u64,
-    /// Compute device: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
-    #[arg(long, default_value = "cpu")]
-    device: DevicePreference,
-    /// Write the figures as one JSON object to this path.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    device: kiln_ml_examples::cli::CpuDeviceChoice,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 const FEATURES: usize = 16;
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    first: Linear<B>,
-    second: Linear<B>,
-    output: Linear<B>,
-    activation: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(hidden: usize, device: &B::Device) -> Self {
-        Self {
-            first: LinearConfig::new(FEATURES, hidden).init(device),
-            second: LinearConfig::new(hidden, hidden).init(device),
-            output: LinearConfig::new(hidden, 1).init(device),
-            activation: Relu::new(),
-        }
-    }
-
-    fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.activation.forward(self.first.forward(inputs));
-        let x = self.activation.forward(self.second.forward(x));
-        self.output.forward(x)
-    }
-}
-
-#[derive(Clone)]
-struct Batch<B: Backend> {
-    inputs: Tensor<B, 2>,
-    targets: Tensor<B, 2>,
-}
-
-impl<B: Backend> Batch<B> {
-    /// Rows in the batch: what `fit`'s position counts.
-    fn len(&self) -> usize {
-        self.inputs.dims()[0]
-    }
-}
-
-impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
-    type Input = Batch<B>;
-    type Output = ();
-
-    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
-        // Matmuls in the compute dtype, the loss in f32 (PyTorch's autocast policy).
-        let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
-        let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
-        StepOutput::new(loss, ())
-    }
-}
 
 /// Host rows of `y = sin(a . x) + 0.5 (b . x)^2 / FEATURES + noise`.
 fn dataset(samples: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
@@ -147,19 +91,16 @@ fn batches<B: Backend>(
     targets: &[f32],
     batch_size: usize,
     device: &B::Device,
-) -> Vec<Batch<B>> {
+) -> Vec<RegressionBatch<B>> {
     targets
         .chunks(batch_size)
         .zip(inputs.chunks(batch_size * FEATURES))
-        .map(|(y, x)| Batch {
-            inputs: Tensor::from_data(TensorData::new(x.to_vec(), [y.len(), FEATURES]), device),
-            targets: Tensor::from_data(TensorData::new(y.to_vec(), [y.len(), 1]), device),
-        })
+        .map(|(y, x)| RegressionBatch::from_rows(x, y, device))
         .collect()
 }
 
 /// Mean squared error over all batches, in f32, without autodiff.
-fn full_loss<B: Backend>(model: &Mlp<B>, batches: &[Batch<B>]) -> anyhow::Result<f64> {
+fn full_loss<B: Backend>(model: &Mlp<B>, batches: &[RegressionBatch<B>]) -> anyhow::Result<f64> {
     let mut total = 0.0;
     let mut rows = 0usize;
     for batch in batches {
@@ -215,8 +156,9 @@ impl BackendTask for AmpParity {
         let (inputs, targets) = dataset(args.samples, args.seed);
         let train = batches::<B>(&inputs, &targets, args.batch_size, &device);
         let eval = batches::<B::InnerBackend>(&inputs, &targets, args.batch_size, &device);
-        B::seed(&device, args.seed);
-        let initial = Mlp::<B>::new(args.hidden, &device);
+        let initial: Mlp<B> = MlpConfig::new(FEATURES, &[args.hidden, args.hidden], 1)
+            .with_seed(args.seed)
+            .init(&device);
         // Read every lazy parameter once so each clone starts from the same weights.
         materialize(&initial);
         let steps_per_epoch = train.len() as u64;
@@ -251,8 +193,8 @@ impl BackendTask for AmpParity {
                 std::sync::Arc::new(ProgressObserver::new().with_total_steps(total_steps));
             trainer.add_observer(progress.clone());
             let started = Instant::now();
-            let summary =
-                trainer.fit(|position| PlainBatches::new(train.clone(), position, Batch::len))?;
+            let summary = trainer
+                .fit(|position| PlainBatches::new(train.clone(), position, RegressionBatch::len))?;
             progress.finish();
             let seconds = started.elapsed().as_secs_f64();
             let final_loss = full_loss(&trainer.model().valid(), &eval)?;
@@ -285,9 +227,9 @@ impl BackendTask for AmpParity {
         }
         let scale_before = f64::from(trainer.loss_scaler().context("f16 has a scaler")?.scale());
         let skipped_before = trainer.counters().skipped_steps;
-        let params_before = parameters(trainer.model());
+        let params_before = trainer.model().params();
         let lr_before = peek_learning_rate(trainer.scheduler());
-        let huge = Batch {
+        let huge = RegressionBatch {
             inputs: train[5].inputs.clone().mul_scalar(1000.0),
             targets: train[5].targets.clone(),
         };
@@ -300,7 +242,7 @@ impl BackendTask for AmpParity {
             skipped: trainer.counters().skipped_steps - skipped_before,
             scale_before,
             scale_after: f64::from(trainer.loss_scaler().context("f16 has a scaler")?.scale()),
-            params_unchanged: parameters(trainer.model()) == params_before,
+            params_unchanged: trainer.model().params() == params_before,
             scheduler_unchanged: peek_learning_rate(trainer.scheduler()) == lr_before,
         };
         Ok(Report {
@@ -315,28 +257,14 @@ fn peek_learning_rate<S: burn::lr_scheduler::LrScheduler>(scheduler: &S) -> f64 
     scheduler.clone().step()
 }
 
-fn parameters<B: Backend>(model: &Mlp<B>) -> Vec<f32> {
-    [&model.first, &model.second, &model.output]
-        .into_iter()
-        .flat_map(|linear| {
-            let mut values: Vec<f32> = linear.weight.val().into_data().iter::<f32>().collect();
-            if let Some(bias) = &linear.bias {
-                values.extend(bias.val().into_data().iter::<f32>());
-            }
-            values
-        })
-        .collect()
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(
         args.batch_size > 0 && args.samples >= 6 * args.batch_size,
         "need at least 6 batches"
     );
-    let selection = select(args.device)?;
+    let selection = args.device.select()?;
     println!("device: {selection}");
-    let json_path = args.json.clone();
     let report = selection.run(AmpParity { args: args.clone() })?;
 
     let loss_of = |wanted: Precision| {
@@ -392,7 +320,7 @@ fn main() -> anyhow::Result<()> {
         verdict(bf16_run)
     );
 
-    if let Some(path) = json_path {
+    if args.output.json.is_some() {
         let json = serde_json::json!({
             "device": selection.name(),
             "samples": args.samples,
@@ -429,8 +357,7 @@ fn main() -> anyhow::Result<()> {
             "overflow_params_unchanged": overflow.params_unchanged,
             "overflow_scheduler_unchanged": overflow.scheduler_unchanged,
         });
-        std::fs::write(&path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&json)?;
     }
     Ok(())
 }

@@ -21,11 +21,11 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Parser;
-use kiln_ml::backend::{DevicePreference, DevicesTask, select};
+use kiln_ml::backend::DevicesTask;
 use kiln_ml::core::{Fingerprint, Layout, PlainBatches, PlanRequest, Sampler, Shard};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
 use kiln_ml::train::{DataParallel, LossScalerConfig, Precision, TrainerConfig};
@@ -61,12 +61,10 @@ struct Args {
     /// Seed for the data, the plan and the weights.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// Compute device: auto, cpu, cuda or wgpu (needs `--features cuda` or `--features wgpu`).
-    #[arg(long, default_value = "cpu")]
-    device: DevicePreference,
-    /// Write the figures as one JSON object to this path.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    device: kiln_ml_examples::cli::CpuDeviceChoice,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 const FEATURES: usize = 16;
@@ -266,7 +264,7 @@ fn main() -> anyhow::Result<()> {
         args.devices >= 1 && args.batch >= 1 && args.steps >= 1 && args.accumulation >= 1,
         "--devices, --batch, --steps and --accumulation must be at least 1"
     );
-    let selection = select(args.device)?;
+    let selection = args.device.select()?;
     println!("device: {selection}");
     println!(
         "{} replicas x {} samples vs 1 device x {} samples, {} optimizer steps ({} micro-batches each), {}",
@@ -300,7 +298,7 @@ fn main() -> anyhow::Result<()> {
     if let (Some(single), Some(parallel)) = (report.single_final_loss, report.parallel_final_loss) {
         println!("last loss: one device {single:.6}, replicas {parallel:.6}");
     }
-    if let Some(path) = &args.json {
+    if args.output.json.is_some() {
         let json = serde_json::json!({
             "devices": args.devices,
             "device": selection.name(),
@@ -316,8 +314,7 @@ fn main() -> anyhow::Result<()> {
             "single_final_loss": report.single_final_loss,
             "parallel_final_loss": report.parallel_final_loss,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&json)?;
     }
     Ok(())
 }

@@ -7,7 +7,6 @@
 //!
 //! Run: `cargo run --release --example doctor -- --help`
 
-use anyhow::Context;
 use clap::Parser;
 use kiln_ml::profile::{DoctorOptions, doctor};
 
@@ -15,9 +14,8 @@ use kiln_ml::profile::{DoctorOptions, doctor};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Write the report as one JSON object to this path.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -27,10 +25,6 @@ fn main() -> anyhow::Result<()> {
     // What kiln's own device choice makes of the same machine (the same rule as the advice).
     let selection = kiln_ml::backend::select(kiln_ml::backend::DevicePreference::Auto)?;
     println!("\nkiln_ml::backend::select(auto): {selection}");
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("\nreport written to {}", path.display());
-    }
+    args.output.write(&report)?;
     Ok(())
 }

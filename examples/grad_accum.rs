@@ -8,22 +8,21 @@
 //! are not emulated), whose parameters drift away. Each epoch ends with a partial window that kiln divides by its own
 //! size.
 //!
-//! The model, batch and step are defined here rather than taken from kiln-ml-testkit, so the
-//! example reads on its own.
+//! The model, its batches and its step are kiln-ml-testkit's (`Mlp`, `RegressionBatch`): a
+//! seeded MLP learning a noisy teacher; only the data is drawn here.
 //!
 //! Run: `cargo run --release --example grad_accum -- --help`
 
 use anyhow::{Context, ensure};
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
-use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::backend::BackendTask;
 use kiln_ml::core::PlainBatches;
-use kiln_ml::train::{Autocast, StepOutput, TrainStep, Trainer, TrainerConfig, materialize};
+use kiln_ml::train::{Autocast, TrainStep, Trainer, TrainerConfig, materialize};
+use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -49,55 +48,13 @@ struct Args {
     /// Seed for data and weights.
     #[arg(long, default_value_t = 3)]
     seed: u64,
-    /// Compute device: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
-    #[arg(long, default_value = "cpu")]
-    device: DevicePreference,
-    /// Write the figures as one JSON object to this path.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    device: kiln_ml_examples::cli::CpuDeviceChoice,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 const FEATURES: usize = 8;
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    hidden: Linear<B>,
-    output: Linear<B>,
-    activation: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.output
-            .forward(self.activation.forward(self.hidden.forward(inputs)))
-    }
-}
-
-#[derive(Clone)]
-struct Batch<B: Backend> {
-    inputs: Tensor<B, 2>,
-    targets: Tensor<B, 2>,
-}
-
-impl<B: Backend> Batch<B> {
-    /// Rows in the batch: what `fit`'s position counts.
-    fn len(&self) -> usize {
-        self.inputs.dims()[0]
-    }
-}
-
-impl<B: AutodiffBackend> TrainStep<B> for Mlp<B> {
-    type Input = Batch<B>;
-    type Output = ();
-
-    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
-        let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
-        StepOutput::new(
-            MseLoss::new().forward(predictions, batch.targets, Reduction::Mean),
-            (),
-        )
-    }
-}
 
 fn rows(count: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -119,43 +76,17 @@ fn rows(count: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
     (inputs, targets)
 }
 
-fn batch<B: Backend>(inputs: &[f32], targets: &[f32], device: &B::Device) -> Batch<B> {
-    Batch {
-        inputs: Tensor::from_data(
-            TensorData::new(inputs.to_vec(), [targets.len(), FEATURES]),
-            device,
-        ),
-        targets: Tensor::from_data(
-            TensorData::new(targets.to_vec(), [targets.len(), 1]),
-            device,
-        ),
-    }
-}
-
 /// Consecutive groups of `rows_per_batch` rows.
 fn split<B: Backend>(
     inputs: &[f32],
     targets: &[f32],
     rows_per_batch: usize,
     device: &B::Device,
-) -> Vec<Batch<B>> {
+) -> Vec<RegressionBatch<B>> {
     targets
         .chunks(rows_per_batch)
         .zip(inputs.chunks(rows_per_batch * FEATURES))
-        .map(|(y, x)| batch(x, y, device))
-        .collect()
-}
-
-fn parameters<B: Backend>(model: &Mlp<B>) -> Vec<f32> {
-    [&model.hidden, &model.output]
-        .into_iter()
-        .flat_map(|linear| {
-            let mut values: Vec<f32> = linear.weight.val().into_data().iter::<f32>().collect();
-            if let Some(bias) = &linear.bias {
-                values.extend(bias.val().into_data().iter::<f32>());
-            }
-            values
-        })
+        .map(|(y, x)| RegressionBatch::from_rows(x, y, device))
         .collect()
 }
 
@@ -194,12 +125,9 @@ impl BackendTask for GradAccum {
         // The large-batch run sees the same windows as single batches of up to K·b rows.
         let large = split::<B>(&inputs, &targets, k * b, &device);
 
-        B::seed(&device, args.seed);
-        let initial = Mlp::<B> {
-            hidden: LinearConfig::new(FEATURES, 32).init(&device),
-            output: LinearConfig::new(32, 1).init(&device),
-            activation: Relu::new(),
-        };
+        let initial: Mlp<B> = MlpConfig::new(FEATURES, &[32], 1)
+            .with_seed(args.seed)
+            .init(&device);
         materialize(&initial);
 
         let trainer = |accumulation: usize| {
@@ -215,11 +143,11 @@ impl BackendTask for GradAccum {
             )
         };
         let mut accumulated = trainer(k)?;
-        let summary =
-            accumulated.fit(|position| PlainBatches::new(micro.clone(), position, Batch::len))?;
+        let summary = accumulated
+            .fit(|position| PlainBatches::new(micro.clone(), position, RegressionBatch::len))?;
         let mut single = trainer(1)?;
-        let large_summary =
-            single.fit(|position| PlainBatches::new(large.clone(), position, Batch::len))?;
+        let large_summary = single
+            .fit(|position| PlainBatches::new(large.clone(), position, RegressionBatch::len))?;
         ensure!(
             summary.counters.optimizer_steps == large_summary.counters.optimizer_steps,
             "both runs must take the same optimizer steps"
@@ -240,7 +168,7 @@ impl BackendTask for GradAccum {
             }
         }
 
-        let reference = parameters(single.model());
+        let reference = single.model().params();
         let eval = split::<B::InnerBackend>(&inputs, &targets, rows_per_epoch, &device);
         let loss = |model: &Mlp<B::InnerBackend>| -> anyhow::Result<f64> {
             let batch = eval.first().context("no rows")?;
@@ -256,8 +184,8 @@ impl BackendTask for GradAccum {
                 .context("empty loss")
         };
         Ok(Report {
-            max_abs_param_diff: max_abs_diff(&parameters(accumulated.model()), &reference),
-            summed_max_abs_param_diff: max_abs_diff(&parameters(&model), &reference),
+            max_abs_param_diff: max_abs_diff(&accumulated.model().params(), &reference),
+            summed_max_abs_param_diff: max_abs_diff(&model.params(), &reference),
             optimizer_steps: summary.counters.optimizer_steps,
             micro_batches: summary.counters.micro_batches,
             accumulated_final_loss: loss(&accumulated.model().valid())?,
@@ -272,7 +200,7 @@ fn main() -> anyhow::Result<()> {
         args.accumulation >= 2 && args.micro_batch > 0 && args.steps_per_epoch > 0,
         "need --accumulation >= 2, --micro-batch >= 1 and --steps-per-epoch >= 1"
     );
-    let selection = select(args.device)?;
+    let selection = args.device.select()?;
     println!("device: {selection}");
     let report = selection.run(GradAccum { args: args.clone() })?;
     println!(
@@ -300,7 +228,7 @@ fn main() -> anyhow::Result<()> {
             "MISSED"
         }
     );
-    if let Some(path) = &args.json {
+    if args.output.json.is_some() {
         let json = serde_json::json!({
             "accumulation_steps": args.accumulation,
             "micro_batch_rows": args.micro_batch,
@@ -311,8 +239,7 @@ fn main() -> anyhow::Result<()> {
             "accumulated_final_loss": report.accumulated_final_loss,
             "large_batch_final_loss": report.large_batch_final_loss,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&json)?;
     }
     Ok(())
 }

@@ -13,7 +13,6 @@
 //!
 //! Run: `cargo run --release --example metrics_throughput -- --n 100000 --k 6 --t 60 --json out.json`
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -22,7 +21,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::backend::BackendTask;
 use kiln_ml::core::Metric;
 use kiln_ml::metrics::{
     BatchShape, MetricReport, MetricsConfig, Parallelism, TensorTrajectoryBatch, TrackState,
@@ -56,15 +55,13 @@ struct Args {
     /// Timed repetitions of each path; the fastest counts.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// Device of the tensor path: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
-    #[arg(long, default_value = "cpu")]
-    device: DevicePreference,
+    #[command(flatten)]
+    device: kiln_ml_examples::cli::CpuDeviceChoice,
     /// Skip the tensor path.
     #[arg(long)]
     no_tensor: bool,
-    /// Write the figures as one JSON object to this path.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
     /// Write the generated data (raw little-endian f32 and meta.json) into this directory.
     #[arg(long)]
     dump: Option<PathBuf>,
@@ -296,15 +293,13 @@ fn progress_bar(length: u64, message: &'static str) -> ProgressBar {
     bar
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&temporary)
-        .with_context(|| format!("creating {}", temporary.display()))?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
+/// Writes `bytes` to `path` atomically and durably (kiln-ml-core's rule for results).
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    Ok(kiln_ml::core::write_atomic(
+        path,
+        bytes,
+        kiln_ml::core::Durability::Synced,
+    )?)
 }
 
 fn dump(dir: &Path, args: &Args, data: &Data) -> anyhow::Result<()> {
@@ -463,7 +458,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     if !args.no_tensor {
-        let selection = select(args.device)?;
+        let selection = args.device.select()?;
         let (tensor_seconds, upload_seconds, tensor_report) = selection.run(TensorPass {
             args: &args,
             data: &data,
@@ -512,11 +507,6 @@ fn main() -> anyhow::Result<()> {
         );
     }
 
-    if let Some(path) = &args.json {
-        write_atomic(
-            path,
-            (serde_json::to_string_pretty(&figures)? + "\n").as_bytes(),
-        )?;
-    }
+    args.output.write(&figures)?;
     Ok(())
 }

@@ -12,14 +12,13 @@
 //!
 //! Run: `cargo run --release --example shuffle_quality -- --files 660 --samples 900000 --batch 64`
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln_ml::core::{BlockLayout, Fingerprint, Layout, Plan, PlanRequest, Sampler};
-use kiln_ml::sampler::quality::{self, QualityOptions, QualityReport, Residency, Stretch};
+use kiln_ml::sampler::quality::{self, PlanResidency, QualityOptions, QualityReport, Stretch};
 use kiln_ml::sampler::{BlockShuffleConfig, BlockShuffleSampler, RandomSampler, SequentialSampler};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -58,9 +57,8 @@ struct Args {
     /// Plan builds timed per order; the median is reported.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// Write the figures as one JSON object to this path.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 /// Uneven file sizes summing to `samples`: weights log-uniform over a 4.5x range.
@@ -153,7 +151,7 @@ fn order_json(
     report: &QualityReport,
     plan: &Plan,
     seconds: f64,
-    held: &Residency,
+    held: &PlanResidency,
 ) -> Value {
     let mut entry = stretch_json(&report.whole);
     let object = entry
@@ -243,7 +241,7 @@ fn main() -> anyhow::Result<()> {
         println!("{row}");
     }
 
-    if let Some(path) = &args.json {
+    if args.output.json.is_some() {
         let value = json!({
             "files": args.files,
             "samples": layout.num_samples(),
@@ -256,7 +254,7 @@ fn main() -> anyhow::Result<()> {
             "buffer_samples": block_config.buffer_samples,
             "orders": entries,
         });
-        write_atomic(path, &serde_json::to_vec_pretty(&value)?)?;
+        args.output.write(&value)?;
     }
     Ok(())
 }
@@ -268,7 +266,7 @@ fn table_row(
     report: &QualityReport,
     plan: &Plan,
     seconds: f64,
-    held: &Residency,
+    held: &PlanResidency,
 ) -> String {
     let whole = &report.whole;
     let lag = |index: usize| {
@@ -295,14 +293,4 @@ fn table_row(
         held.max_blocks,
         held.max_rows,
     )
-}
-
-/// Writes through a temporary file in the same directory and renames it into place.
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    std::fs::write(&temporary, bytes).with_context(|| format!("writing {}", path.display()))?;
-    std::fs::rename(&temporary, path)
-        .with_context(|| format!("renaming into {}", path.display()))?;
-    Ok(())
 }

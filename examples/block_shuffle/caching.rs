@@ -12,9 +12,9 @@ use kiln_ml::core::{BlockLayout, BlockSource, Fingerprint, PlanRequest, Sampler,
 use kiln_ml::data::{Loader, LoaderConfig, ParquetSource, RowDecoder};
 use kiln_ml::sampler::BlockShuffleSampler;
 
-use crate::dataset::Row;
 use crate::graph::{BuildGraph, digest_collate};
-use crate::timing::{EpochTime, median, run_epoch};
+use kiln_ml_examples::shuffle_dataset::Row;
+use kiln_ml_examples::timing::{EpochTime, median, run_epoch};
 
 /// The cache figures.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ use kiln_ml::core::{Fingerprint, Transform};
 use kiln_ml::data::{Collate, collate_fn};
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::Row;
+use kiln_ml_examples::shuffle_dataset::Row;
 
 /// The graph built from an event: 8 nodes, k-nearest-neighbour edges with weights.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

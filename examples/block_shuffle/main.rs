@@ -35,24 +35,22 @@
 #![recursion_limit = "256"]
 
 mod caching;
-mod dataset;
 mod graph;
 mod reading;
-mod timing;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
 use kiln_ml::core::BlockLayout;
 use kiln_ml::data::{LoaderConfig, ParquetSource};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
 
 use caching::{Caching, CachingSetup};
-use dataset::{DatasetSpec, row_decoder, write_dataset};
 use graph::BuildGraph;
+use kiln_ml_examples::shuffle_dataset::{DatasetSpec, row_decoder, write_dataset};
 use reading::{CollateMode, Reading, ReadingSetup};
 
 /// Block shuffle vs sequential vs naive random reads over many Parquet files, and a
@@ -106,9 +104,8 @@ struct Args {
     /// one decoded value per sample.
     #[arg(long, value_enum, default_value_t = CollateMode::Columnar)]
     collate: CollateMode,
-    /// Write the figures as one JSON object to this path.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 fn main() -> Result<()> {
@@ -194,7 +191,7 @@ fn main() -> Result<()> {
         row_decoder(),
     )?;
     print_report(&args, workers, &reading, &caching);
-    if let Some(path) = &args.json {
+    if args.output.json.is_some() {
         let figures = json_report(
             &args,
             workers,
@@ -203,8 +200,7 @@ fn main() -> Result<()> {
             &reading,
             &caching,
         );
-        std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&figures)?;
     }
     Ok(())
 }

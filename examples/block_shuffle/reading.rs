@@ -18,8 +18,8 @@ use kiln_ml::sampler::quality::{self, QualityOptions};
 use kiln_ml::sampler::{BlockShuffleSampler, RandomSampler, SequentialSampler, Sharding};
 use rayon::prelude::*;
 
-use crate::dataset::{FEATURES, Row};
-use crate::timing::{CHAIN_EPOCHS, median, run_chain};
+use kiln_ml_examples::shuffle_dataset::{FEATURES, Row};
+use kiln_ml_examples::timing::{CHAIN_EPOCHS, median, run_chain};
 
 /// How the loader turns a batch's rows into the `[batch, 16]` feature matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -13,21 +13,16 @@
 //!
 //! Run: `cargo run --release --example diagnose -- --help`
 
-#[path = "../common/cached_batch.rs"]
-mod cached_batch;
 mod pipeline;
-#[path = "../common/regressor.rs"]
-mod regressor;
 mod tuning;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
-use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::backend::BackendTask;
 use kiln_ml::core::PlanRequest;
 use kiln_ml::data::{BurnCollate, Epoch, LoaderConfig};
 use kiln_ml::profile::{Bottleneck, Clock, DeviceMonitor, Diagnosis, LoaderTuning};
@@ -35,7 +30,8 @@ use kiln_ml::sampler::{RemainderPolicy, SequentialSampler, Sharding};
 use kiln_ml::train::TrainerConfig;
 
 use crate::pipeline::SyntheticSource;
-use crate::regressor::{Regressor, RowBatch, RowBatcher};
+use kiln_ml_examples::cached_batch;
+use kiln_ml_examples::regressor::{self, RegressionBatch, RowBatcher};
 
 /// Diagnose an input-bound and a compute-bound training pipeline with kiln-ml-profile's
 /// cached-batch test, and print both verdicts with their evidence.
@@ -72,9 +68,8 @@ struct Args {
     /// Seed of the weights.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// Compute device: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
-    #[arg(long, default_value = "auto")]
-    device: DevicePreference,
+    #[command(flatten)]
+    device: kiln_ml_examples::cli::DeviceChoice,
     /// Also measure the input-bound pipeline's loader for 0, 1, 2, 4, ... workers and a few
     /// prefetch depths, and recommend a setting.
     #[arg(long)]
@@ -82,9 +77,8 @@ struct Args {
     /// Batches each loader setting reads when tuning.
     #[arg(long, default_value_t = 12)]
     tune_batches: usize,
-    /// Write the verdicts and their evidence as one JSON object to this path.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 /// One pipeline to diagnose.
@@ -135,7 +129,7 @@ fn diagnose<B: AutodiffBackend>(
     device: B::Device,
 ) -> anyhow::Result<Diagnosis> {
     B::seed(&device, args.seed);
-    let model = Regressor::<B>::new(pipeline.width, pipeline.depth, &device);
+    let model = regressor::regressor::<B>(pipeline.width, pipeline.depth, &device);
     let mut trainer = TrainerConfig::new().with_seed(args.seed).init(
         model,
         AdamConfig::new().init(),
@@ -150,7 +144,7 @@ fn diagnose<B: AutodiffBackend>(
         .with_read_ahead_blocks(1)
         .init(
             source,
-            BurnCollate::<B, _, RowBatch<B>>::new(RowBatcher, device.clone()),
+            BurnCollate::<B, _, RegressionBatch<B>>::new(RowBatcher, device.clone()),
         )?;
     let sampler = SequentialSampler::new(Sharding::new(args.batch, RemainderPolicy::Drop));
     let cached_batch = loader
@@ -160,10 +154,10 @@ fn diagnose<B: AutodiffBackend>(
 
     let clock = Clock::start();
     let monitor = DeviceMonitor::builder(clock).start()?;
-    let mut epoch: Option<Epoch<'_, RowBatch<B>>> = None;
+    let mut epoch: Option<Epoch<'_, RegressionBatch<B>>> = None;
     let mut next_epoch = 0;
     // The loader's batches, epoch after epoch.
-    let next_batch = || -> anyhow::Result<RowBatch<B>> {
+    let next_batch = || -> anyhow::Result<RegressionBatch<B>> {
         loop {
             let current = match &mut epoch {
                 Some(current) => current,
@@ -220,7 +214,7 @@ fn main() -> anyhow::Result<()> {
         args.batch > 0 && args.samples >= args.batch && args.steps > 0 && args.workers > 0,
         "--batch, --steps and --workers must be at least 1 and --samples at least --batch"
     );
-    let selection = select(args.device)?;
+    let selection = args.device.select()?;
     println!("device         {selection}");
     let pipelines = [
         Pipeline {
@@ -259,7 +253,7 @@ fn main() -> anyhow::Result<()> {
     }
     let seconds = started.elapsed().as_secs_f64();
     println!("done in {seconds:.1} s");
-    if let Some(path) = &args.json {
+    if args.output.json.is_some() {
         let json = serde_json::json!({
             "device": selection.name(),
             "input_bound_verdict": diagnoses[0].verdict,
@@ -270,8 +264,7 @@ fn main() -> anyhow::Result<()> {
             "loader_tuning": tuning,
             "seconds": seconds,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&json)?;
     }
     Ok(())
 }

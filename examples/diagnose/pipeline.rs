@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use kiln_ml::core::{Block, BlockIndex, BlockLayout, BlockSource, Fingerprint, Layout};
 
-use crate::regressor::Row;
+use kiln_ml_examples::regressor::Row;
 
 /// Rows generated on the fly, `rows_per_block` per block, with `cost_per_sample` of CPU work
 /// per row to stand in for expensive preprocessing (feature extraction, graph building).

@@ -10,8 +10,8 @@ use kiln_ml::profile::{LoaderTuner, LoaderTuning};
 use kiln_ml::sampler::{RemainderPolicy, SequentialSampler, Sharding};
 
 use crate::pipeline::SyntheticSource;
-use crate::regressor::{RowBatch, RowBatcher};
 use crate::{Args, Pipeline};
+use kiln_ml_examples::regressor::{RegressionBatch, RowBatcher};
 
 /// Reads `--tune-batches` batches of `pipeline`'s data with each loader setting; zero workers
 /// read and collate on this thread, as a loop without a loader does.
@@ -35,7 +35,7 @@ pub fn tune_loader<B: AutodiffBackend>(
             for block in 0..batches as u32 {
                 let rows = source.read_block(block)?;
                 samples += rows.len() as u64;
-                let _batch: RowBatch<B> = RowBatcher.batch(rows, device);
+                let _batch: RegressionBatch<B> = RowBatcher.batch(rows, device);
             }
             return Ok(samples);
         }
@@ -44,7 +44,7 @@ pub fn tune_loader<B: AutodiffBackend>(
             .with_prefetch_batches(setting.prefetch)
             .init(
                 source,
-                BurnCollate::<B, _, RowBatch<B>>::new(RowBatcher, device.clone()),
+                BurnCollate::<B, _, RegressionBatch<B>>::new(RowBatcher, device.clone()),
             )?;
         let mut epoch = loader.plan_epoch(&sampler, &PlanRequest::new(args.seed, 0))?;
         for _ in 0..batches {

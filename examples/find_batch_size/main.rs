@@ -17,25 +17,22 @@
 
 // The shared model; its loader batcher is the `diagnose` example's.
 #[allow(dead_code)]
-#[path = "../common/regressor.rs"]
-mod regressor;
 mod true_max;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{bail, ensure};
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
-use kiln_ml::backend::{BackendTask, DevicePreference, select};
-use kiln_ml::profile::batch_size::{ChildCommand, FinderReport, Trial, serve_child_trial};
-use kiln_ml::profile::monitor::{HeapProbe, PeakAlloc};
+use kiln_ml::backend::BackendTask;
 use kiln_ml::profile::{BatchSizeFinder, FinderMode, MemoryProbe};
+use kiln_ml::profile::{ChildCommand, FinderReport, Trial, serve_child_trial};
+use kiln_ml::profile::{HeapProbe, PeakAlloc};
 use kiln_ml::train::TrainerConfig;
 
-use crate::regressor::{Regressor, Row, RowBatch};
+use kiln_ml_examples::regressor::{Mlp, Row, batch_of, regressor};
 
 /// Counts the heap: the CPU backend's "device memory".
 #[global_allocator]
@@ -49,9 +46,8 @@ struct Args {
     /// The memory budget, in MiB: a trial whose peak exceeds it is out of memory.
     #[arg(long, default_value_t = 48)]
     budget_mb: u64,
-    /// Compute device: cpu, wgpu (a Vulkan adapter; needs `--features wgpu`), cuda or auto.
-    #[arg(long, default_value = "cpu")]
-    device: DevicePreference,
+    #[command(flatten)]
+    device: kiln_ml_examples::cli::CpuDeviceChoice,
     /// Search mode.
     #[arg(long, value_enum, default_value_t = Mode::Binsearch)]
     mode: Mode,
@@ -76,9 +72,8 @@ struct Args {
     /// Seed of the weights.
     #[arg(long, default_value_t = 5)]
     seed: u64,
-    /// Write the search as one JSON object to this path.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 /// The finder's modes, as command-line values.
@@ -120,8 +115,8 @@ impl BackendTask for Find {
     fn run<B: AutodiffBackend>(self, device: B::Device) -> anyhow::Result<Outcome> {
         let args = &self.args;
         B::seed(&device, args.seed);
-        let model = Regressor::<B>::new(args.width, args.depth, &device);
-        let trial = |model: Regressor<B>, batch: usize, steps: usize| -> anyhow::Result<()> {
+        let model = regressor::<B>(args.width, args.depth, &device);
+        let trial = |model: Mlp<B>, batch: usize, steps: usize| -> anyhow::Result<()> {
             train_steps::<B>(model, batch, steps, &device)
         };
         let mut finder = BatchSizeFinder::new(args.mode.into())
@@ -154,7 +149,7 @@ impl BackendTask for Find {
 
 /// Builds a trainer around `model` and runs `steps` steps at batch size `batch`.
 fn train_steps<B: AutodiffBackend>(
-    model: Regressor<B>,
+    model: Mlp<B>,
     batch: usize,
     steps: usize,
     device: &B::Device,
@@ -164,7 +159,7 @@ fn train_steps<B: AutodiffBackend>(
     for step in 0..steps {
         let first = (step * batch) as u64;
         let rows: Vec<Row> = (first..first + batch as u64).map(Row::synthetic).collect();
-        trainer.train_batch(RowBatch::from_rows(&rows, device))?;
+        trainer.train_batch(batch_of(&rows, device))?;
     }
     // Waits for the device, so a failure inside the steps surfaces here.
     trainer.last_loss()?;
@@ -177,12 +172,12 @@ fn main() -> anyhow::Result<()> {
         args.budget_mb > 0 && args.dataset_size > 0 && args.steps_per_trial > 0,
         "--budget-mb, --dataset-size and --steps-per-trial must be at least 1"
     );
-    let selection = select(args.device)?;
+    let selection = args.device.select()?;
     let heap: Arc<dyn MemoryProbe> = Arc::new(HeapProbe::new(&ALLOCATOR));
     // Created on this thread, which trains: CubeCL keeps a pool per thread's stream.
-    let probe = kiln_ml::profile::monitor::device_memory_probe(&selection).unwrap_or(heap);
+    let probe = kiln_ml::profile::device_memory_probe(&selection).unwrap_or(heap);
     // A child started by the finder runs its one trial and exits here.
-    if std::env::var_os(kiln_ml::profile::batch_size::TRIAL_ENV).is_some() {
+    if std::env::var_os(kiln_ml::profile::TRIAL_ENV).is_some() {
         let child = ChildTrial {
             args: args.clone(),
             probe: Arc::clone(&probe),
@@ -239,7 +234,7 @@ fn main() -> anyhow::Result<()> {
         _ => println!("true max   not established"),
     }
     println!("done in {seconds:.1} s");
-    if let Some(path) = &args.json {
+    if args.output.json.is_some() {
         let json = serde_json::json!({
             "device": selection.name(),
             "probe": probe.name(),
@@ -255,8 +250,7 @@ fn main() -> anyhow::Result<()> {
             "child_process": search.child_process,
             "seconds": seconds,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&json)?;
     }
     Ok(())
 }
@@ -272,7 +266,7 @@ impl BackendTask for ChildTrial {
 
     fn run<B: AutodiffBackend>(self, device: B::Device) -> anyhow::Result<()> {
         B::seed(&device, self.args.seed);
-        let model = Regressor::<B>::new(self.args.width, self.args.depth, &device);
+        let model = regressor::<B>(self.args.width, self.args.depth, &device);
         serve_child_trial(Some(self.probe.as_ref()), |batch, steps| {
             train_steps::<B>(model.clone(), batch, steps, &device)
         });

@@ -3,7 +3,7 @@
 
 use anyhow::bail;
 use kiln_ml::profile::FinderMode;
-use kiln_ml::profile::batch_size::{FinderReport, Trial};
+use kiln_ml::profile::{FinderReport, Trial};
 
 /// The largest size that fits, found apart from the finder's search: the growth of memory
 /// with the batch is measured at two sizes, the predicted limit is bracketed by trials and

@@ -14,13 +14,6 @@
 //! then `cargo run --release --example object_store -- --dir DATA --url s3://bucket/data/
 //! --store-option aws_endpoint=http://127.0.0.1:9000 --json out.json`.
 
-#[allow(dead_code)]
-#[path = "../block_shuffle/dataset.rs"]
-mod dataset;
-#[allow(dead_code)]
-#[path = "../block_shuffle/timing.rs"]
-mod timing;
-
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -30,9 +23,8 @@ use kiln_ml::core::{BlockLayout, PlanRequest, Sampler};
 use kiln_ml::data::arrow_array::RecordBatch;
 use kiln_ml::data::{Loader, LoaderConfig, ParquetSource, columnar_fn, float_matrix, int_vector};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
-
-use dataset::{DatasetSpec, FEATURES, write_dataset};
-use timing::{median, progress};
+use kiln_ml_examples::shuffle_dataset::{DatasetSpec, FEATURES, write_dataset};
+use kiln_ml_examples::timing::{median, progress};
 
 /// The same epochs from an object store and from local disk: order and rates.
 #[derive(Parser, Debug)]
@@ -81,9 +73,8 @@ struct Args {
     /// Rounds (medians are reported).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// Write the figures as one JSON object to this path.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
 }
 
 fn main() -> Result<()> {
@@ -204,7 +195,7 @@ fn main() -> Result<()> {
         "same samples in the same order: {} ({} rows from the store, {} from disk per epoch)",
         figures.same_order, figures.remote_rows, figures.local_rows
     );
-    if let Some(path) = &args.json {
+    if args.output.json.is_some() {
         let json = serde_json::json!({
             "url": url,
             "files": remote.source().num_files(),
@@ -228,8 +219,7 @@ fn main() -> Result<()> {
             "sequential_remote_vs_local": rate(sequential_remote) / rate(sequential_local),
             "remote_bytes_read": remote.source().bytes_read(),
         });
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&json)?;
     }
     if !figures.same_order {
         bail!("the store and the local disk delivered different samples or orders");

@@ -20,8 +20,6 @@
 //! Run: `cargo run --release --example quickstart -- --help`
 
 mod baseline;
-#[path = "../common/cached_batch.rs"]
-mod cached_batch;
 mod dataset;
 mod model;
 mod plain_loop;
@@ -36,7 +34,7 @@ use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
-use kiln_ml::backend::{BackendTask, DevicePreference, select};
+use kiln_ml::backend::BackendTask;
 use kiln_ml::cache::{Cached, DiskCache};
 use kiln_ml::core::{BlockLayout, PlanRequest, Sampler};
 use kiln_ml::data::{BurnCollate, LoaderConfig, ParquetSource};
@@ -88,9 +86,8 @@ struct Args {
     /// Seed of the data, the weights and the shuffle.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Compute device: auto, cpu, cuda or wgpu (a Vulkan adapter; needs `--features wgpu`).
-    #[arg(long, default_value = "auto")]
-    device: DevicePreference,
+    #[command(flatten)]
+    device: kiln_ml_examples::cli::DeviceChoice,
     /// Keep the dataset and cache here (reused by later runs) instead of a temporary directory.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -100,9 +97,8 @@ struct Args {
     /// Steps measured by the closing cached-batch test (input- or compute-bound?); 0 skips it.
     #[arg(long, default_value_t = 12)]
     diagnose_steps: usize,
-    /// Write the figures as one JSON object to this path, and the SVG timeline next to it.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    output: kiln_ml_examples::cli::JsonOutput,
     /// Who trains: `kiln` (kiln-ml-train's `Trainer`) or `plain-burn` (a hand-written Burn loop
     /// on the same model, batches, loss, Adam and schedule; f32 only, no profiler): the
     /// baseline kiln's step time is measured against.
@@ -479,7 +475,7 @@ fn main() -> anyhow::Result<()> {
         args.trainer == TrainerKind::Kiln || args.precision == Precision::F32,
         "--trainer plain-burn trains in f32 only (mixed precision by hand is kiln-ml-train's job)"
     );
-    let selection = select(args.device)?;
+    let selection = args.device.select()?;
     println!("device    {selection}");
     if let Some(tuning) = kiln_ml::backend::GpuTuning::applied() {
         println!("kernels   {tuning}");
@@ -495,7 +491,7 @@ fn main() -> anyhow::Result<()> {
     let (train_dir, valid_dir) = prepare_data(&args, &root)?;
     let started = Instant::now();
     // Made on this thread, which trains: CubeCL keeps a memory pool per thread's stream.
-    let probe = kiln_ml::profile::monitor::device_memory_probe(&selection);
+    let probe = kiln_ml::profile::device_memory_probe(&selection);
     let RunOutput {
         figures,
         profile,
@@ -571,7 +567,7 @@ fn main() -> anyhow::Result<()> {
             println!("warning   {warning}");
         }
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.output.json {
         let json = serde_json::json!({
             "device": selection.name(),
             "precision": args.precision.name(),
@@ -598,7 +594,7 @@ fn main() -> anyhow::Result<()> {
         });
         if let Some(profile) = &profile {
             let svg = path.with_extension("svg");
-            kiln_ml::profile::report::write_timeline_svg(
+            kiln_ml::profile::write_timeline_svg(
                 &svg,
                 "kiln quickstart",
                 &profile.spans,
@@ -606,8 +602,7 @@ fn main() -> anyhow::Result<()> {
             )?;
             println!("timeline  {}", svg.display());
         }
-        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        args.output.write(&json)?;
     }
     Ok(())
 }

@@ -9,14 +9,14 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_ml::profile::phase::EpochBounds;
+use kiln_ml::profile::EpochBounds;
 use kiln_ml::profile::{
     Bottleneck, Clock, DeviceMonitor, DeviceSample, Diagnosis, MemoryProbe, PhaseReport,
     PhaseTimer, ProfileReport, Span, Throughput, ThroughputMeter, ThroughputReport, TimingMode,
 };
 use kiln_ml::train::{TrainStep, Trainer};
 
-use crate::cached_batch;
+use kiln_ml_examples::cached_batch;
 
 /// What profiling produced.
 pub struct Profile {

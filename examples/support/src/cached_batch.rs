@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_ml::profile::bottleneck::StepRun;
+use kiln_ml::profile::StepRun;
 use kiln_ml::profile::{Bottleneck, Diagnosis};
 use kiln_ml::train::{TrainStep, Trainer};
 

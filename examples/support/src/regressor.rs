@@ -1,14 +1,12 @@
-//! A small regression model, its batch and its Burn batcher, shared by the profiling examples
-//! (`diagnose`, `find_batch_size`): an MLP of configurable width and depth that learns a
-//! fixed random teacher, so its loss falls and its memory grows with the batch.
+//! The regression workload of the profiling examples (`diagnose`, `find_batch_size`): synthetic
+//! rows that a fixed teacher labels, their Burn batcher, and the model, kiln-ml-testkit's MLP
+//! (`Mlp`: the model kiln's trainer tests use) at a configurable width and depth, so its loss
+//! falls and its memory grows with the batch.
 
 use burn::data::dataloader::batcher::Batcher;
-use burn::module::Module;
-use burn::nn::loss::{MseLoss, Reduction};
-use burn::nn::{Linear, LinearConfig, Relu};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
-use kiln_ml::train::{Autocast, StepOutput, TrainStep};
+use burn::tensor::backend::Backend;
+use kiln_ml_testkit::MlpConfig;
+pub use kiln_ml_testkit::{Mlp, RegressionBatch};
 
 /// Input features per sample.
 pub const FEATURES: usize = 32;
@@ -46,38 +44,24 @@ impl Row {
     }
 }
 
-/// A batch on the device.
-#[derive(Debug, Clone)]
-pub struct RowBatch<B: Backend> {
-    /// `[batch, FEATURES]`.
-    pub inputs: Tensor<B, 2>,
-    /// `[batch, 1]`.
-    pub targets: Tensor<B, 2>,
-}
-
-impl<B: Backend> RowBatch<B> {
-    /// Builds a batch from rows on `device`.
-    pub fn from_rows(rows: &[Row], device: &B::Device) -> Self {
-        let inputs: Vec<f32> = rows.iter().flat_map(|row| row.features).collect();
-        let targets: Vec<f32> = rows.iter().map(|row| row.target).collect();
-        Self {
-            inputs: Tensor::from_data(TensorData::new(inputs, [rows.len(), FEATURES]), device),
-            targets: Tensor::from_data(TensorData::new(targets, [rows.len(), 1]), device),
-        }
-    }
+/// A batch of rows on `device`.
+pub fn batch_of<B: Backend>(rows: &[Row], device: &B::Device) -> RegressionBatch<B> {
+    let inputs: Vec<f32> = rows.iter().flat_map(|row| row.features).collect();
+    let targets: Vec<f32> = rows.iter().map(|row| row.target).collect();
+    RegressionBatch::from_rows(&inputs, &targets, device)
 }
 
 /// The Burn batcher the loader's workers run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RowBatcher;
 
-impl<B: Backend> Batcher<B, Row, RowBatch<B>> for RowBatcher {
-    fn batch(&self, rows: Vec<Row>, device: &B::Device) -> RowBatch<B> {
-        RowBatch::from_rows(&rows, device)
+impl<B: Backend> Batcher<B, Row, RegressionBatch<B>> for RowBatcher {
+    fn batch(&self, rows: Vec<Row>, device: &B::Device) -> RegressionBatch<B> {
+        batch_of(&rows, device)
     }
 }
 
-/// Forward FLOPs per sample of a [`Regressor`] (a multiply-add is two), for throughput and MFU.
+/// Forward FLOPs per sample of a [`regressor`] (a multiply-add is two), for throughput and MFU.
 pub fn forward_flops_per_sample(width: usize, depth: usize) -> f64 {
     let mut counter = kiln_ml::profile::flops::FlopsCounter::new().linear(FEATURES, width, true);
     for _ in 1..depth.max(1) {
@@ -86,46 +70,8 @@ pub fn forward_flops_per_sample(width: usize, depth: usize) -> f64 {
     counter.linear(width, 1, true).forward_per_sample()
 }
 
-/// An MLP: `depth` hidden layers of `width` units.
-#[derive(Module, Debug)]
-pub struct Regressor<B: Backend> {
-    input: Linear<B>,
-    hidden: Vec<Linear<B>>,
-    output: Linear<B>,
-    activation: Relu,
-}
-
-impl<B: Backend> Regressor<B> {
-    /// A seeded-by-the-device's-RNG model.
-    pub fn new(width: usize, depth: usize, device: &B::Device) -> Self {
-        Self {
-            input: LinearConfig::new(FEATURES, width).init(device),
-            hidden: (1..depth.max(1))
-                .map(|_| LinearConfig::new(width, width).init(device))
-                .collect(),
-            output: LinearConfig::new(width, 1).init(device),
-            activation: Relu::new(),
-        }
-    }
-
-    fn forward(&self, inputs: Tensor<B, 2>) -> Tensor<B, 2> {
-        let mut x = self.activation.forward(self.input.forward(inputs));
-        for layer in &self.hidden {
-            x = self.activation.forward(layer.forward(x));
-        }
-        self.output.forward(x)
-    }
-}
-
-impl<B: AutodiffBackend> TrainStep<B> for Regressor<B> {
-    type Input = RowBatch<B>;
-    type Output = ();
-
-    fn step(&self, batch: RowBatch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
-        let predictions = autocast.full(self.forward(autocast.input(batch.inputs)));
-        StepOutput::new(
-            MseLoss::new().forward(predictions, batch.targets, Reduction::Mean),
-            (),
-        )
-    }
+/// The model: `depth` hidden layers of `width` units (ReLU between), one output; weights drawn
+/// from a seeded host RNG, so every run starts from the same model.
+pub fn regressor<B: Backend>(width: usize, depth: usize, device: &B::Device) -> Mlp<B> {
+    MlpConfig::new(FEATURES, &vec![width; depth.max(1)], 1).init(device)
 }

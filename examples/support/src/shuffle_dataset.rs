@@ -31,8 +31,11 @@ pub struct DatasetSpec {
 /// One decoded event.
 #[derive(Debug, Clone, Copy)]
 pub struct Row {
+    /// The event's id, unique across the dataset.
     pub id: i64,
+    /// Its class label.
     pub label: i64,
+    /// The 16 feature columns, in [`FEATURES`] order.
     pub features: [f32; 16],
 }
 
