@@ -24,7 +24,8 @@ pub enum Durability {
 #[derive(Debug, thiserror::Error)]
 #[error("{action} {path}: {source}")]
 pub struct WriteError {
-    /// What failed ("creating directory", "writing", "syncing", "renaming into place").
+    /// What failed ("creating a temporary file in", "writing", "syncing", "renaming into
+    /// place").
     pub action: &'static str,
     /// The file or directory it failed on.
     pub path: PathBuf,
@@ -34,14 +35,16 @@ pub struct WriteError {
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory (named
-/// `.NAME.XXXXXX.tmp`, so a crash leaves only dot-files ending in `.tmp` behind) and a rename,
-/// creating the directory if needed. Readers see the old file or the new one, never a part. The
+/// `.NAME.XXXXXX.tmp`, so a crash leaves only dot-files ending in `.tmp` behind) and a rename.
+/// The directory must exist (a cache whose directory went away fails its write rather than
+/// recreating it). Readers see the old file or the new one, never a part. The
 /// file gets the usual mode (0644 on Unix), not a temporary file's private one.
 ///
 /// ```
 /// use kiln_ml_core::{Durability, write_atomic};
 ///
 /// let dir = std::env::temp_dir().join(format!("kiln-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
 /// let path = dir.join("report.json");
 /// write_atomic(&path, b"{}", Durability::Synced).unwrap();
 /// assert_eq!(std::fs::read(&path).unwrap(), b"{}");
@@ -60,7 +63,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> Result
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    std::fs::create_dir_all(directory).map_err(failed("creating directory", directory))?;
     let name = path
         .file_name()
         .map_or_else(|| "file".into(), |name| name.to_string_lossy());
@@ -98,6 +100,7 @@ mod tests {
     fn writes_replace_whole_files_and_leave_no_temporary() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested").join("out.json");
+        std::fs::create_dir(dir.path().join("nested")).unwrap();
         for (bytes, durability) in [
             (&b"first"[..], Durability::Synced),
             (b"2nd", Durability::Renamed),

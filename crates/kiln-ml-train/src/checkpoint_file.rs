@@ -31,6 +31,16 @@ pub(crate) fn write_sections(path: &Path, sections: &[(&str, &[u8])]) -> Result<
     let checksum = Fingerprint::of_bytes(&body).to_le_bytes();
     body.extend_from_slice(&checksum);
 
+    if let Some(directory) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(directory).map_err(|source| Error::CheckpointIo {
+            path: directory.to_path_buf(),
+            action: "create directory",
+            source,
+        })?;
+    }
     let durable = kiln_ml_core::Durability::Synced;
     kiln_ml_core::write_atomic(path, &body, durable).map_err(|error| Error::CheckpointIo {
         path: error.path,
