@@ -1,6 +1,6 @@
 //! kiln-ml-profile's observers on kiln's real trainer: the phase timer's counts and syncs in each
 //! mode and the throughput meter's per-optimizer-step window. On flex, and on wgpu with the
-//! `wgpu` feature. (The batch-size finder's real-trainer tests: `tests/heap`.)
+//! `wgpu` feature. (The batch-size finder's real-trainer tests: `finder.rs`, `finder_child.rs`.)
 
 use std::sync::Arc;
 

@@ -5,11 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_ml_profile::{BatchSizeFinder, FinderMode, HeapProbe, MemoryProbe};
+use kiln_ml_profile::{BatchSizeFinder, FinderMode, HeapProbe, MemoryProbe, PeakAlloc};
 use kiln_ml_profile::{ChildCommand, serve_child_trial};
 
-use crate::common::{BUDGET, model, train};
-use crate::{ALLOCATOR, heap_alone};
+mod common;
+
+use common::{BUDGET, model, train};
+
+#[global_allocator]
+static ALLOCATOR: PeakAlloc = PeakAlloc::new();
+
+// The heap is the whole process's, so each test binary of the finder holds one test: no other
+// test's memory lands in its peaks.
 
 fn probe() -> Arc<dyn MemoryProbe> {
     Arc::new(HeapProbe::new(&ALLOCATOR))
@@ -17,7 +24,6 @@ fn probe() -> Arc<dyn MemoryProbe> {
 
 #[test]
 fn child_process_trials_find_the_same_boundary() {
-    let _heap = heap_alone();
     // In a child started by the finder, this runs the one trial asked for and exits.
     serve_child_trial(Some(probe().as_ref()), |batch, steps| {
         train(model(), batch, steps)
@@ -31,7 +37,7 @@ fn child_process_trials_find_the_same_boundary() {
     let command = ChildCommand {
         program: std::env::current_exe().unwrap(),
         args: [
-            "finder_child::child_process_trials_find_the_same_boundary",
+            "child_process_trials_find_the_same_boundary",
             "--exact",
             "--nocapture",
             "--test-threads=1",

@@ -1,20 +1,20 @@
 //! `PeakAlloc` installed as this test binary's global allocator, read through a `HeapProbe`:
-//! how a CPU backend gets a "device memory" figure. It holds the heap alone, so no other
-//! test's allocations run beside it.
+//! how a CPU backend gets a "device memory" figure. One test only, so no other test's
+//! allocations run beside it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_ml_profile::{Clock, DeviceMonitor, HeapProbe, MemoryProbe};
+use kiln_ml_profile::{Clock, DeviceMonitor, HeapProbe, MemoryProbe, PeakAlloc};
 
-use crate::{ALLOCATOR, heap_alone};
+#[global_allocator]
+static ALLOC: PeakAlloc = PeakAlloc::new();
 
 const MIB: u64 = 1 << 20;
 
 #[test]
 fn the_heap_probe_sees_allocations_come_and_go() {
-    let _heap = heap_alone();
-    let probe = HeapProbe::new(&ALLOCATOR);
+    let probe = HeapProbe::new(&ALLOC);
     let before = probe.read().expect("the heap always reads");
     probe.reset_peak();
 

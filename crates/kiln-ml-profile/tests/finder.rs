@@ -4,10 +4,17 @@
 
 use std::sync::Arc;
 
-use kiln_ml_profile::{BatchSizeFinder, FinderMode, HeapProbe, MemoryProbe};
+use kiln_ml_profile::{BatchSizeFinder, FinderMode, HeapProbe, MemoryProbe, PeakAlloc};
 
-use crate::common::{BUDGET, model, train};
-use crate::{ALLOCATOR, heap_alone};
+mod common;
+
+use common::{BUDGET, model, train};
+
+#[global_allocator]
+static ALLOCATOR: PeakAlloc = PeakAlloc::new();
+
+// The heap is the whole process's, so each test binary of the finder holds one test: no other
+// test's memory lands in its peaks.
 
 fn probe() -> Arc<dyn MemoryProbe> {
     Arc::new(HeapProbe::new(&ALLOCATOR))
@@ -15,7 +22,6 @@ fn probe() -> Arc<dyn MemoryProbe> {
 
 #[test]
 fn the_finder_meets_a_heap_budget_on_flex() {
-    let _heap = heap_alone();
     binsearch_stops_at_the_budget_and_keeps_its_margin();
     power_and_shrink_answer_sizes_that_fit();
 }
