@@ -39,6 +39,7 @@ mod cuda;
 mod gpu_tuning;
 mod preference;
 mod select;
+mod select_error;
 mod selection;
 mod vulkan;
 
@@ -46,7 +47,8 @@ pub use auto::{AutoPick, auto_pick, best_gpu_adapter};
 pub use cuda::{CudaStatus, cuda_status};
 pub use gpu_tuning::{GpuTuning, GpuTuningError};
 pub use preference::DevicePreference;
-pub use select::{SelectError, select};
+pub use select::select;
+pub use select_error::SelectError;
 #[cfg(feature = "cuda")]
 pub use selection::CudaAutodiff;
 #[cfg(feature = "wgpu")]

@@ -5,7 +5,7 @@ use std::fmt;
 use burn::backend::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::select::SelectError;
+use crate::select_error::SelectError;
 #[cfg(feature = "wgpu")]
 use crate::vulkan::AdapterKind;
 
