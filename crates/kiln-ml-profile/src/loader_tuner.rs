@@ -101,7 +101,7 @@ impl LoaderTuner {
     }
 
     /// How far below the best throughput the recommendation may be, as a fraction in `0..1`
-    /// (0.05: 5%); see [`recommend`].
+    /// (0.05: 5%); see [`best_loader_setting`](crate::best_loader_setting).
     pub fn with_tolerance(mut self, tolerance: f64) -> Result<Self> {
         if !(0.0..1.0).contains(&tolerance) {
             return Err(Error::InvalidSetting {

@@ -46,7 +46,7 @@ pub struct LoaderTuning {
     pub measurements: Vec<LoaderMeasurement>,
     /// The fastest setting.
     pub best: LoaderSetting,
-    /// The setting to use: see [`recommend`].
+    /// The setting to use: see [`best_loader_setting`].
     pub recommended: LoaderSetting,
     /// How far below the best a recommendation may be (0.05: 5%).
     pub tolerance: f64,
