@@ -32,17 +32,17 @@ pub fn select(preference: DevicePreference) -> Result<Selection, SelectError> {
 
 /// The choice of [`select`] before any setting is applied, with the chosen GPU's model (what
 /// its compiled kernels are kept under), from the probe that found it.
-fn choose(preference: DevicePreference) -> Result<(Selection, Option<String>), SelectError> {
+fn choose(preference: DevicePreference) -> Choice {
     match preference {
         // Answered without probing: the CPU needs no driver, and `cuInit` can take seconds.
         DevicePreference::Cpu => Ok((cpu("requested".to_owned()), None)),
         DevicePreference::Cuda => match cuda_status() {
-            CudaStatus::Available { name, .. } => Ok(on_cuda(name)),
+            CudaStatus::Available { name, .. } => on_cuda(name),
             CudaStatus::Unavailable { reason } => Err(SelectError::CudaUnavailable { reason }),
         },
         DevicePreference::Wgpu => match vulkan_adapters() {
             // The best adapter of any kind: asked for by name, lavapipe is a fine answer.
-            Ok(adapters) => Ok(on_wgpu(&adapters[0], "requested".to_owned())),
+            Ok(adapters) => on_wgpu(&adapters[0], "requested".to_owned()),
             Err(reason) => Err(SelectError::WgpuUnavailable { reason }),
         },
         DevicePreference::Auto => {
@@ -58,8 +58,8 @@ fn choose(preference: DevicePreference) -> Result<(Selection, Option<String>), S
             };
             let listed = adapters.as_deref().unwrap_or_default();
             match auto_pick(cuda, listed) {
-                AutoPick::Cuda(name) => Ok(on_cuda(name)),
-                AutoPick::Vulkan(adapter) => Ok(on_wgpu(adapter, format!("no CUDA: {no_cuda}"))),
+                AutoPick::Cuda(name) => on_cuda(name),
+                AutoPick::Vulkan(adapter) => on_wgpu(adapter, format!("no CUDA: {no_cuda}")),
                 AutoPick::Cpu => {
                     let no_vulkan = match (&adapters, listed.first()) {
                         (Err(reason), _) => reason.clone(),
@@ -82,33 +82,42 @@ fn cpu(reason: String) -> Selection {
     Selection::Cpu { reason }
 }
 
+/// A selection with the chosen GPU's model (what its compiled kernels are kept under), or why the
+/// device asked for cannot be used.
+type Choice = Result<(Selection, Option<String>), SelectError>;
+
+/// The CUDA device the probe found, or (in a build without the `cuda` feature, whose probe finds
+/// none) the reason it cannot be selected.
 #[cfg(feature = "cuda")]
-fn on_cuda(name: String) -> (Selection, Option<String>) {
-    (Selection::Cuda { index: 0 }, Some(format!("cuda {name}")))
+fn on_cuda(name: String) -> Choice {
+    Ok((Selection::Cuda { index: 0 }, Some(format!("cuda {name}"))))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn on_cuda(_name: String) -> (Selection, Option<String>) {
-    unreachable!("cuda_status() reports CUDA unavailable without the `cuda` feature")
+fn on_cuda(_name: String) -> Choice {
+    Err(SelectError::CudaUnavailable {
+        reason: "kiln was built without the `cuda` feature".to_owned(),
+    })
 }
 
+/// The adapter the probe found, or (in a build without the `wgpu` feature, whose probe lists
+/// none) the reason it cannot be selected.
 #[cfg(feature = "wgpu")]
-fn on_wgpu(adapter: &crate::vulkan::VulkanAdapter, reason: String) -> (Selection, Option<String>) {
+fn on_wgpu(adapter: &crate::vulkan::VulkanAdapter, reason: String) -> Choice {
     let model = Some(format!("vulkan {}", adapter.name));
     let selection = Selection::Wgpu {
         adapter: adapter.name.clone(),
         kind: adapter.kind,
         reason,
     };
-    (selection, model)
+    Ok((selection, model))
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn on_wgpu(
-    _adapter: &crate::vulkan::VulkanAdapter,
-    _reason: String,
-) -> (Selection, Option<String>) {
-    unreachable!("vulkan_adapters() lists nothing without the `wgpu` feature")
+fn on_wgpu(_adapter: &crate::vulkan::VulkanAdapter, _reason: String) -> Choice {
+    Err(SelectError::WgpuUnavailable {
+        reason: "kiln was built without the `wgpu` feature".to_owned(),
+    })
 }
 
 #[cfg(test)]
