@@ -1,5 +1,5 @@
-//! How a replica calls the others: registered once for the whole run on one node, or, across
-//! nodes, one burn-collective session per operation.
+//! How a replica calls the others: on one node, the replicas meet on their own threads (see
+//! `replica_group.rs`); across nodes, through one burn-collective session per operation.
 //!
 //! burn-collective 0.21's global level runs one operation per registration: its end-of-operation
 //! sync clears a copy of the list of nodes that synced, never the list, so a second operation in
@@ -18,16 +18,26 @@ use burn::collective::{
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
+use crate::replica_group::ReplicaGroup;
+
 /// A replica's way to the others.
 #[derive(Debug, Clone)]
-pub(crate) struct Collective {
-    peer: PeerId,
-    sessions: Option<Arc<Sessions>>,
+pub(crate) enum Collective {
+    /// One node: the replicas of the run meet in their group.
+    Local {
+        rank: usize,
+        group: Arc<ReplicaGroup>,
+    },
+    /// Many nodes: burn-collective, a session per operation.
+    Sessions {
+        peer: PeerId,
+        sessions: Arc<Sessions>,
+    },
 }
 
 /// The two alternating global configurations and the number of operations run so far.
 #[derive(Debug)]
-struct Sessions {
+pub(crate) struct Sessions {
     configs: [CollectiveConfig; 2],
     operations: AtomicU64,
     /// burn-collective's global ring refuses tensors shorter than the node count.
@@ -35,62 +45,62 @@ struct Sessions {
 }
 
 impl Collective {
-    /// A peer registered once, for the whole run (one node).
-    pub(crate) fn registered(peer: PeerId) -> Self {
-        Self {
-            peer,
-            sessions: None,
-        }
+    /// Replica `rank` of `group` (one node).
+    pub(crate) fn local(rank: usize, group: Arc<ReplicaGroup>) -> Self {
+        Self::Local { rank, group }
     }
 
     /// A peer that registers for each operation, alternating between two configurations.
     pub(crate) fn per_operation(peer: PeerId, configs: [CollectiveConfig; 2], nodes: u32) -> Self {
-        Self {
+        Self::Sessions {
             peer,
-            sessions: Some(Arc::new(Sessions {
+            sessions: Arc::new(Sessions {
                 configs,
                 operations: AtomicU64::new(0),
                 min_elements: nodes as usize,
-            })),
+            }),
         }
     }
 
     /// The element-wise sum of `tensor` over every replica.
     pub(crate) fn sum<B: Backend>(&self, tensor: Tensor<B, 1>) -> Result<Tensor<B, 1>, String> {
+        let (peer, sessions) = match self {
+            Self::Local { rank, group } => return group.sum(*rank, tensor),
+            Self::Sessions { peer, sessions } => (*peer, sessions),
+        };
         let device = tensor.device();
         let elements = tensor.dims()[0];
-        let sum = match &self.sessions {
-            None => all_reduce::<B>(
-                self.peer,
-                tensor.into_primitive().tensor(),
-                ReduceOperation::Sum,
-            )
-            .map_err(|error| format!("{error:?}"))?,
-            Some(sessions) => {
-                // Zeros pad a short tensor to the ring's minimum; the sum is sliced back below.
-                let tensor = if elements < sessions.min_elements {
-                    let padding = Tensor::zeros([sessions.min_elements - elements], &device);
-                    Tensor::cat(vec![tensor, padding], 0)
-                } else {
-                    tensor
-                };
-                let primitive = tensor.into_primitive().tensor();
-                let operation = sessions.operations.fetch_add(1, Ordering::Relaxed);
-                let config = sessions.configs[(operation % 2) as usize].clone();
-                register::<B>(self.peer, device, config)
-                    .map_err(|error| format!("joining session {operation}: {error:?}"))?;
-                let sum = all_reduce::<B>(self.peer, primitive, ReduceOperation::Sum)
-                    .map_err(|error| format!("in session {operation}: {error:?}"))?;
-                finish_collective::<B>(self.peer)
-                    .map_err(|error| format!("leaving session {operation}: {error:?}"))?;
-                sum
-            }
+        // Zeros pad a short tensor to the ring's minimum; the sum is sliced back below.
+        let tensor = if elements < sessions.min_elements {
+            let padding = Tensor::zeros([sessions.min_elements - elements], &device);
+            Tensor::cat(vec![tensor, padding], 0)
+        } else {
+            tensor
         };
+        let primitive = tensor.into_primitive().tensor();
+        let operation = sessions.operations.fetch_add(1, Ordering::Relaxed);
+        let config = sessions.configs[(operation % 2) as usize].clone();
+        register::<B>(peer, device, config)
+            .map_err(|error| format!("joining session {operation}: {error:?}"))?;
+        let sum = all_reduce::<B>(peer, primitive, ReduceOperation::Sum)
+            .map_err(|error| format!("in session {operation}: {error:?}"))?;
+        finish_collective::<B>(peer)
+            .map_err(|error| format!("leaving session {operation}: {error:?}"))?;
         let sum = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum));
         Ok(if sum.dims()[0] > elements {
             sum.narrow(0, 0, elements)
         } else {
             sum
         })
+    }
+
+    /// The call a replica makes when its training ended, on one node: a replica still training
+    /// meets it with a sum, and both fail ("Mismatch") instead of one training alone. Across
+    /// nodes every operation is a session of its own, and there is none.
+    pub(crate) fn close(&self) -> Result<(), String> {
+        match self {
+            Self::Local { rank, group } => group.close(*rank),
+            Self::Sessions { .. } => Ok(()),
+        }
     }
 }

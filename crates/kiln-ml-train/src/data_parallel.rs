@@ -1,18 +1,17 @@
-//! The data-parallel launcher: one thread per device, each registered with burn-collective,
-//! each training a replica; on many nodes, the global level of burn-collective too.
+//! The data-parallel launcher: one thread per device, each training a replica, all on one
+//! fusion stream; the replicas of a node meet in their group, and on many nodes through
+//! burn-collective's global level.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
-use burn::collective::{
-    CollectiveConfig, PeerId, ReduceOperation, all_reduce, finish_collective, register,
-    reset_collective,
-};
-use burn::tensor::Tensor;
+use burn::collective::{CollectiveConfig, PeerId, reset_collective};
+use burn::tensor::StreamId;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::panic_message;
 
 use crate::collective::Collective;
+use crate::replica_group::{RELEASED, ReplicaGroup};
 use crate::{Error, NodeConfig, Replica, Result};
 
 /// Runs data-parallel training: one replica per device on this node, and, with a
@@ -39,8 +38,8 @@ pub struct DataParallel {
     node: Option<NodeConfig>,
 }
 
-/// One data-parallel run per process at a time: burn-collective keeps one server per backend
-/// per process, which two concurrent runs would share.
+/// One multi-node run per process at a time: burn-collective keeps one server per backend per
+/// process, which two concurrent runs would share.
 static RUN_LOCK: Mutex<()> = Mutex::new(());
 
 impl DataParallel {
@@ -71,7 +70,11 @@ impl DataParallel {
     ///
     /// If a replica fails or panics, the others are released from any collective operation
     /// they wait in (they fail too) and the first failure is returned as
-    /// [`Error::ReplicaFailed`] naming its rank. Runs in one process take turns.
+    /// [`Error::ReplicaFailed`] naming its rank. Multi-node runs in one process take turns.
+    ///
+    /// Every replica thread works on the fusion stream of the thread that calls `run`
+    /// (`StreamId`), so tensors made before the run, and the sums the replicas exchange, stay
+    /// on one stream (see `replica_group.rs` for why).
     pub fn run<B, T, F>(&self, devices: Vec<B::Device>, train: F) -> Result<Vec<T>>
     where
         B: AutodiffBackend,
@@ -83,20 +86,22 @@ impl DataParallel {
                 reason: "no devices to run replicas on".to_owned(),
             });
         }
-        let _turn = RUN_LOCK
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let config = self.collective_config(devices.len())?;
-        if self.node.is_some() {
+        let _turn = self.node.as_ref().map(|_| {
+            RUN_LOCK
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        });
+        let sessions = self.sessions(devices.len())?;
+        if let Some(node) = &self.node {
             check_one_tokio_worker(std::env::var("TOKIO_WORKER_THREADS").ok().as_deref())?;
+            if node.start_coordinator {
+                Self::start_coordinator(node.coordinator_port())?;
+            }
+            // Forget whatever an earlier, failed run left registered.
+            release_waiting::<B>();
         }
-        if let Some(node) = &self.node
-            && node.start_coordinator
-        {
-            Self::start_coordinator(node.coordinator_port())?;
-        }
-        // Forget whatever an earlier, failed run left registered.
-        release_waiting::<B>();
+        let group = Arc::new(ReplicaGroup::new(devices.len()));
+        let stream = StreamId::current();
 
         let per_node = devices.len() as u32;
         let (node_rank, nodes) = self
@@ -115,21 +120,18 @@ impl DataParallel {
                     local_rank: local_rank as u32,
                     node_rank,
                     device,
-                    collective: match &config {
-                        Settings::Local(_) => Collective::registered(peer),
-                        Settings::Sessions(configs) => {
-                            Collective::per_operation(peer, configs.clone(), nodes)
-                        }
+                    collective: match &sessions {
+                        None => Collective::local(local_rank, group.clone()),
+                        Some(configs) => Collective::per_operation(peer, configs.clone(), nodes),
                     },
                 };
-                let config = config.clone();
                 let sender = sender.clone();
                 std::thread::Builder::new()
                     .name(format!("kiln-replica-{}", replica.rank))
                     .spawn_scoped(scope, move || {
                         let rank = replica.rank;
                         let outcome = catch_unwind(AssertUnwindSafe(|| {
-                            run_replica::<B, T, F>(replica, config, train)
+                            stream.executes(|| run_replica::<B, T, F>(replica, train))
                         }))
                         .unwrap_or_else(|panic| {
                             Err(format!("panicked: {}", panic_message(panic.as_ref())))
@@ -146,7 +148,10 @@ impl DataParallel {
                     Ok(value) => results.push((rank, value)),
                     Err(message) => {
                         if failures.is_empty() {
-                            release_waiting::<B>();
+                            group.abort(&format!("rank {rank} failed"));
+                            if self.node.is_some() {
+                                release_waiting::<B>();
+                            }
                         }
                         failures.push((rank, message));
                     }
@@ -160,14 +165,13 @@ impl DataParallel {
         })
     }
 
-    /// burn-collective's settings for `devices` replicas on this node: one configuration for a
-    /// single node, registered once; across nodes, the two that sessions alternate between
-    /// (see `collective.rs`).
-    fn collective_config(&self, devices: usize) -> Result<Settings> {
-        let local = CollectiveConfig::default().with_num_devices(devices);
+    /// Across nodes, the two burn-collective configurations that sessions alternate between
+    /// (see `collective.rs`) for `devices` replicas on this node; none on one node.
+    fn sessions(&self, devices: usize) -> Result<Option<[CollectiveConfig; 2]>> {
         let Some(node) = &self.node else {
-            return Ok(Settings::Local(local));
+            return Ok(None);
         };
+        let local = CollectiveConfig::default().with_num_devices(devices);
         node.validate()?;
         let (coordinator_host, coordinator_port) = node.coordinator_host_port();
         let (node_host, node_port) = node.node_host_port();
@@ -191,17 +195,8 @@ impl DataParallel {
                 })
             }
         };
-        Ok(Settings::Sessions([session(0)?, session(1)?]))
+        Ok(Some([session(0)?, session(1)?]))
     }
-}
-
-/// How the replicas of a run meet.
-#[derive(Debug, Clone)]
-enum Settings {
-    /// One node: registered once for the run.
-    Local(CollectiveConfig),
-    /// Many nodes: a session per operation, alternating between two configurations.
-    Sessions([CollectiveConfig; 2]),
 }
 
 /// Across nodes, burn-collective 0.21's runtime must run on one worker thread: with more, its
@@ -225,11 +220,12 @@ fn check_one_tokio_worker(workers: Option<&str>) -> Result<()> {
 
 /// Resets burn-collective's server for the backend, which fails every operation a replica waits
 /// in. A server that already died (it panics on what it does not implement) needs no reset.
-/// The failure to report: the first that is not only the echo of another's, a collective that
-/// was torn down under a replica (a failed peer, or the reset that releases the others, can
-/// end burn-collective's local server before a replica's own answer reaches it).
+/// The failure to report: the first that is not only the echo of another's: a replica released
+/// from its group, or a collective torn down under a replica (a failed peer, or the reset that
+/// releases the others, can end burn-collective's local server before a replica's own answer
+/// reaches it).
 fn root_failure(failures: Vec<(u32, String)>) -> Option<(u32, String)> {
-    let echo = |message: &str| message.contains("LocalServerMissing");
+    let echo = |message: &str| message.contains("LocalServerMissing") || message.contains(RELEASED);
     let root = failures.iter().position(|(_, message)| !echo(message));
     let mut failures = failures;
     match root {
@@ -242,43 +238,20 @@ fn release_waiting<B: AutodiffBackend>() {
     let _ = catch_unwind(reset_collective::<B::InnerBackend>);
 }
 
-/// One replica's thread: register, train, leave the collective (on one node; across nodes every
-/// operation registers and leaves by itself).
-fn run_replica<B, T, F>(
-    replica: Replica<B::Device>,
-    config: Settings,
-    train: &F,
-) -> std::result::Result<T, String>
+/// One replica's thread: train, then, on one node, meet the others in the closing call.
+fn run_replica<B, T, F>(replica: Replica<B::Device>, train: &F) -> std::result::Result<T, String>
 where
     B: AutodiffBackend,
     F: Fn(Replica<B::Device>) -> Result<T>,
 {
-    let Settings::Local(config) = config else {
-        return train(replica).map_err(|error| error.to_string());
-    };
-    let peer = PeerId(replica.rank);
-    register::<B::InnerBackend>(peer, replica.device.clone(), config)
-        .map_err(|error| format!("registering with burn-collective: {error:?}"))?;
-    // A failed replica stays registered: leaving would let the others all-reduce without it
-    // (burn-collective counts the peers registered at each call). The launcher resets the
-    // collective instead, which fails the others' pending and later operations.
-    let device = replica.device.clone();
-    let world = replica.world;
+    let collective = replica.collective();
     let value = train(replica).map_err(|error| error.to_string())?;
-    // Leaving while another replica still trains would let it all-reduce alone: first meet
-    // every replica in a call no training step makes (its length, world + 1, is one no bucket
-    // or count has), so a replica still training fails on the shape instead.
-    let closing = Tensor::<B::InnerBackend, 1>::zeros([world as usize + 1], &device);
-    all_reduce::<B::InnerBackend>(
-        peer,
-        closing.into_primitive().tensor(),
-        ReduceOperation::Sum,
-    )
-    .map_err(|error| {
-        format!("the closing all-reduce (did another replica stop training early?): {error:?}")
+    // Returning while another replica still trains would leave it waiting in a sum forever:
+    // meet every replica in a call no training step makes first, so a replica still training
+    // fails on the mismatch instead.
+    collective.close().map_err(|error| {
+        format!("the closing call (did another replica stop training early?): {error}")
     })?;
-    finish_collective::<B::InnerBackend>(peer)
-        .map_err(|error| format!("leaving burn-collective: {error:?}"))?;
     Ok(value)
 }
 

@@ -27,9 +27,10 @@
 //! - **Checkpoints** of model, optimizer, scheduler, loss scaler, RNG, data
 //!   [`Position`](kiln_ml_core::Position) and counters, written atomically.
 //! - **Presets** ([`Preset`]) and **observers** (phase timing, [`ProgressObserver`]).
-//! - **Data parallelism** on burn-collective ([`DataParallel`], [`Trainer::join`]): one replica
-//!   per device, one process per node ([`NodeConfig`]); gradients summed over all replicas and
-//!   normalized by their total micro-batches, so N replicas at batch b match one device at N·b.
+//! - **Data parallelism** ([`DataParallel`], [`Trainer::join`]): one replica per device, one
+//!   process per node ([`NodeConfig`], through burn-collective); gradients summed over all
+//!   replicas and normalized by their total micro-batches, so N replicas at batch b match one
+//!   device at N·b.
 //!
 //! # Example
 //!
@@ -115,6 +116,7 @@ mod precision_policy;
 mod preset;
 mod progress;
 mod replica;
+mod replica_group;
 mod rng;
 mod skip_monitor;
 mod train_batch;

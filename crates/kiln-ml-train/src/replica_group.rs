@@ -1,0 +1,370 @@
+//! The replicas of one node meeting in a sum: kiln's own all-reduce for one process.
+//!
+//! Under burn-fusion (the CUDA and wgpu backends) a tensor used by two threads is in danger in
+//! Burn 0.21, in two ways, and both end with the device thread panicking ("Should have handle
+//! for tensor") and a replica's next readback failing with CubeCL's `CallError`:
+//!
+//! - each thread is a fusion stream of its own, and 0.21's bookkeeping of tensors shared
+//!   between streams races (tracel-ai/burn#4947, fixed after 0.21 by #4962). burn-collective's
+//!   local server sums the replicas' tensors on its own threads, so every call shares tensors
+//!   between streams: about one data-parallel run in five failed so on lavapipe under load;
+//! - on one stream, two threads that each hold a clone of one tensor race on its reference
+//!   count: a clone's use is marked read-only or last (read-write, which frees the buffer) from
+//!   the count when the operation is built, but is queued later, so one thread's last use can
+//!   reach the device before the other's read.
+//!
+//! So [`DataParallel`](crate::DataParallel) runs every replica thread of a run on one fusion
+//! stream (`StreamId::executes`), and the replicas meet here on their own threads, exchanging
+//! only tensors that no other thread holds a clone of: each replica sends a copy of its tensor,
+//! the last to arrive adds them up in rank order on rank 0's device, and each replica receives
+//! a tensor of its own on its own device. The same values for every replica, in every run.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+/// What [`ReplicaGroup::abort`] makes every waiting and later call return: a replica's
+/// failure released it (the launcher reports the failed replica, not these echoes).
+pub(crate) const RELEASED: &str = "released: another replica failed";
+
+/// The replicas of one run on one node, meeting call by call.
+pub(crate) struct ReplicaGroup {
+    replicas: usize,
+    state: Mutex<Meeting>,
+    changed: Condvar,
+}
+
+/// One call's meeting: replicas arrive with their part, the last one computes every answer,
+/// each takes its own, and the last to take one opens the next call.
+#[derive(Default)]
+struct Meeting {
+    arrivals: Vec<Option<Arrival>>,
+    arrived: usize,
+    answers: Vec<Option<Result<Box<dyn Any + Send>, String>>>,
+    taken: usize,
+    /// Whether the answers are out (the next call waits until all are taken).
+    answered: bool,
+    aborted: Option<String>,
+}
+
+/// What one replica brings to a call.
+struct Arrival {
+    call: Call,
+    /// The replica's tensor (a `Tensor<B, 1>`) for a sum.
+    tensor: Option<Box<dyn Any + Send>>,
+}
+
+/// The kind of call, which every replica must make alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Sum { elements: usize },
+    Close,
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sum { elements } => write!(f, "a sum of {elements} elements"),
+            Self::Close => write!(f, "the closing call (its training ended)"),
+        }
+    }
+}
+
+impl fmt::Debug for ReplicaGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicaGroup")
+            .field("replicas", &self.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplicaGroup {
+    /// A group of `replicas` replicas, ranked `0..replicas`.
+    pub(crate) fn new(replicas: usize) -> Self {
+        Self {
+            replicas,
+            state: Mutex::new(Meeting::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// The element-wise sum of every replica's `tensor`, on `rank`'s device. Every replica calls
+    /// it with a tensor of the same length; otherwise all of them get a "Mismatch" error.
+    pub(crate) fn sum<B: Backend>(
+        &self,
+        rank: usize,
+        tensor: Tensor<B, 1>,
+    ) -> Result<Tensor<B, 1>, String> {
+        let call = Call::Sum {
+            elements: tensor.dims()[0],
+        };
+        // The caller may hold clones of `tensor` (a bucket of one piece is the piece itself):
+        // the group only ever sees a tensor of its own.
+        let own = own_copy(tensor);
+        let answer = self.meet(rank, call, Some(Box::new(own)), add_up::<B>)?;
+        Ok(*answer
+            .downcast::<Tensor<B, 1>>()
+            .expect("every replica of a run sums tensors of one backend"))
+    }
+
+    /// The meeting a replica calls when its training ended: a replica still training meets it
+    /// with a sum instead, and both fail with a "Mismatch" error rather than one training alone.
+    pub(crate) fn close(&self, rank: usize) -> Result<(), String> {
+        self.meet(rank, Call::Close, None, |_| {
+            unreachable!("closing calls carry no tensors")
+        })
+        .map(drop)
+    }
+
+    /// Fails every call waiting now and every later one with [`RELEASED`], naming `why`.
+    pub(crate) fn abort(&self, why: &str) {
+        let mut state = self.lock();
+        state.aborted.get_or_insert_with(|| why.to_owned());
+        self.changed.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Meeting> {
+        // A replica that panicked while holding the lock is reported by the launcher, which
+        // aborts the group: the state itself stays consistent enough to answer "released".
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn wait<'a>(&self, state: MutexGuard<'a, Meeting>) -> MutexGuard<'a, Meeting> {
+        self.changed
+            .wait(state)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Brings `rank`'s part to the current call, waits for every replica, and returns `rank`'s
+    /// answer. The last to arrive computes the answers with `reduce` (tensors in rank order).
+    fn meet(
+        &self,
+        rank: usize,
+        call: Call,
+        tensor: Option<Box<dyn Any + Send>>,
+        reduce: impl FnOnce(Vec<Box<dyn Any + Send>>) -> Vec<Box<dyn Any + Send>>,
+    ) -> Result<Box<dyn Any + Send>, String> {
+        let released = |why: &str| format!("{RELEASED} ({why})");
+        let mut state = self.lock();
+        // The previous call's answers must all be taken before this one gathers.
+        while state.answered && state.aborted.is_none() {
+            state = self.wait(state);
+        }
+        if let Some(why) = &state.aborted {
+            return Err(released(why));
+        }
+        if state.arrivals.is_empty() {
+            state.arrivals.resize_with(self.replicas, || None);
+        }
+        assert!(
+            state.arrivals[rank].is_none(),
+            "replica {rank} is already in this call"
+        );
+        state.arrivals[rank] = Some(Arrival { call, tensor });
+        state.arrived += 1;
+        if state.arrived == self.replicas {
+            let arrivals: Vec<Arrival> = state
+                .arrivals
+                .drain(..)
+                .map(|arrival| arrival.expect("every replica arrived"))
+                .collect();
+            state.answers = answers(arrivals, reduce);
+            state.arrived = 0;
+            state.answered = true;
+            self.changed.notify_all();
+        }
+        while !state.answered && state.aborted.is_none() {
+            state = self.wait(state);
+        }
+        if !state.answered {
+            let why = state.aborted.clone().unwrap_or_default();
+            return Err(released(&why));
+        }
+        let answer = state.answers[rank]
+            .take()
+            .expect("each replica takes its answer once");
+        state.taken += 1;
+        if state.taken == self.replicas {
+            state.answers.clear();
+            state.taken = 0;
+            state.answered = false;
+            self.changed.notify_all();
+        }
+        answer
+    }
+}
+
+/// Every replica's answer to one call: the reduced tensors when all made the same call, and a
+/// "Mismatch" error naming the calls when they did not.
+fn answers(
+    arrivals: Vec<Arrival>,
+    reduce: impl FnOnce(Vec<Box<dyn Any + Send>>) -> Vec<Box<dyn Any + Send>>,
+) -> Vec<Option<Result<Box<dyn Any + Send>, String>>> {
+    let replicas = arrivals.len();
+    let first = arrivals[0].call;
+    if arrivals.iter().any(|arrival| arrival.call != first) {
+        let calls: Vec<String> = arrivals
+            .iter()
+            .enumerate()
+            .map(|(rank, arrival)| format!("rank {rank} made {}", arrival.call))
+            .collect();
+        let message = format!("Mismatch between the replicas' calls: {}", calls.join(", "));
+        return (0..replicas).map(|_| Some(Err(message.clone()))).collect();
+    }
+    if first == Call::Close {
+        return (0..replicas)
+            .map(|_| Some(Ok(Box::new(()) as Box<dyn Any + Send>)))
+            .collect();
+    }
+    let tensors = arrivals
+        .into_iter()
+        .map(|arrival| arrival.tensor.expect("a sum carries a tensor"))
+        .collect();
+    reduce(tensors)
+        .into_iter()
+        .map(|sum| Some(Ok(sum)))
+        .collect()
+}
+
+/// A new tensor equal to `tensor` (times one: exact for every value, NaN and -0 included), which
+/// shares no reference count with `tensor`'s clones.
+fn own_copy<B: Backend>(tensor: Tensor<B, 1>) -> Tensor<B, 1> {
+    tensor.mul_scalar(1.0)
+}
+
+/// The sum of `tensors` (each a `Tensor<B, 1>`) added in rank order on rank 0's device, and for
+/// each replica a tensor of its own on its device: rank 0 the sum itself, the others copies,
+/// all made on this thread before any replica sees them.
+fn add_up<B: Backend>(tensors: Vec<Box<dyn Any + Send>>) -> Vec<Box<dyn Any + Send>> {
+    let tensors: Vec<Tensor<B, 1>> = tensors
+        .into_iter()
+        .map(|tensor| {
+            *tensor
+                .downcast::<Tensor<B, 1>>()
+                .expect("every replica of a run sums tensors of one backend")
+        })
+        .collect();
+    let devices: Vec<B::Device> = tensors.iter().map(Tensor::device).collect();
+    let root = devices[0].clone();
+    let sum = tensors
+        .into_iter()
+        .map(|tensor| tensor.to_device(&root))
+        .reduce(|sum, tensor| sum + tensor)
+        .expect("a group has at least one replica");
+    let copies: Vec<Box<dyn Any + Send>> = devices[1..]
+        .iter()
+        .map(|device| {
+            let copy = if *device == root {
+                own_copy(sum.clone())
+            } else {
+                sum.clone().to_device(device)
+            };
+            Box::new(copy) as Box<dyn Any + Send>
+        })
+        .collect();
+    std::iter::once(Box::new(sum) as Box<dyn Any + Send>)
+        .chain(copies)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::TensorData;
+
+    type B = Flex;
+
+    fn tensor(values: &[f32]) -> Tensor<B, 1> {
+        Tensor::from_data(TensorData::from(values), &Default::default())
+    }
+
+    fn values(tensor: Tensor<B, 1>) -> Vec<f32> {
+        tensor.into_data().to_vec().unwrap()
+    }
+
+    /// Runs `work(rank, group)` on `replicas` threads and returns what each returned.
+    fn on_threads<T: Send>(
+        replicas: usize,
+        work: impl Fn(usize, &ReplicaGroup) -> T + Sync,
+    ) -> Vec<T> {
+        let group = ReplicaGroup::new(replicas);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..replicas)
+                .map(|rank| {
+                    let (group, work) = (&group, &work);
+                    scope.spawn(move || work(rank, group))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn every_replica_gets_the_sum_of_every_call() {
+        let sums = on_threads(3, |rank, group| {
+            (0..50)
+                .map(|call| {
+                    let value = (rank * 100 + call) as f32;
+                    values(group.sum(rank, tensor(&[value, 1.0])).unwrap())
+                })
+                .collect::<Vec<_>>()
+        });
+        for (call, sum) in sums[0].iter().enumerate() {
+            assert_eq!(sum, &vec![(300 + 3 * call) as f32, 3.0], "call {call}");
+        }
+        assert_eq!(sums[0], sums[1]);
+        assert_eq!(sums[0], sums[2]);
+    }
+
+    #[test]
+    fn calls_of_different_kinds_fail_on_every_replica() {
+        let outcomes = on_threads(2, |rank, group| {
+            if rank == 0 {
+                group.close(rank).err()
+            } else {
+                group.sum(rank, tensor(&[1.0, 2.0])).err()
+            }
+        });
+        for error in outcomes {
+            let error = error.expect("both fail");
+            assert!(error.contains("Mismatch"), "{error}");
+            assert!(error.contains("rank 0 made the closing call"), "{error}");
+            assert!(error.contains("rank 1 made a sum of 2 elements"), "{error}");
+        }
+        let lengths = on_threads(2, |rank, group| {
+            group.sum(rank, tensor(&vec![0.0; rank + 1])).unwrap_err()
+        });
+        assert!(lengths[0].contains("a sum of 1 elements"), "{}", lengths[0]);
+    }
+
+    #[test]
+    fn an_abort_releases_waiting_and_later_calls() {
+        let group = ReplicaGroup::new(2);
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| group.sum(0, tensor(&[1.0])));
+            // Whether rank 0 is waiting yet or not, it is released.
+            group.abort("rank 1 gave up");
+            let error = waiting.join().unwrap().unwrap_err();
+            assert!(error.starts_with(RELEASED), "{error}");
+            assert!(error.contains("rank 1 gave up"), "{error}");
+        });
+        let later = group.close(0).unwrap_err();
+        assert!(later.contains("rank 1 gave up"), "{later}");
+    }
+
+    #[test]
+    fn a_single_replica_meets_itself() {
+        let group = ReplicaGroup::new(1);
+        assert_eq!(
+            values(group.sum(0, tensor(&[2.0, 3.0])).unwrap()),
+            [2.0, 3.0]
+        );
+        group.close(0).unwrap();
+    }
+}
