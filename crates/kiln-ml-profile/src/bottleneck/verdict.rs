@@ -39,6 +39,16 @@ pub struct Thresholds {
     pub data_wait_share: f64,
     /// A device busy less than this percent of the time is idle (50).
     pub idle_utilization_percent: f64,
+    /// A real run below `input_bound_ratio` is input-bound only when waiting for data explains
+    /// at least this fraction of the time it lost against the cached run (0.5). Otherwise the
+    /// loader's work slows the step itself, competing with it for the host's cores, which more
+    /// loader workers would not cure.
+    #[serde(default = "default_explained_wait_fraction")]
+    pub explained_wait_fraction: f64,
+}
+
+fn default_explained_wait_fraction() -> f64 {
+    0.5
 }
 
 impl Default for Thresholds {
@@ -47,6 +57,7 @@ impl Default for Thresholds {
             input_bound_ratio: 0.8,
             data_wait_share: 0.2,
             idle_utilization_percent: 50.0,
+            explained_wait_fraction: default_explained_wait_fraction(),
         }
     }
 }
@@ -130,7 +141,22 @@ pub fn decide_bottleneck(
                 .to_owned(),
         ),
     }
+    // The share of the real run's time lost against the cached pace, and whether waiting for
+    // data accounts for enough of it.
+    let lost_share = (1.0 - ratio).max(0.0);
+    let wait_explains_loss =
+        real.data_wait_share >= thresholds.explained_wait_fraction * lost_share;
     let slower_than_cached = ratio < thresholds.input_bound_ratio;
+    if slower_than_cached && !wait_explains_loss {
+        evidence.push(format!(
+            "the real run loses {:.0}% of its time against the cached pace but waits for data \
+             only {:.1}% of it: the loader's work competes with the step for the host's cores \
+             (not input-bound: fewer or cheaper loader workers help, more do not)",
+            100.0 * lost_share,
+            100.0 * real.data_wait_share
+        ));
+    }
+    let slower_than_cached = slower_than_cached && wait_explains_loss;
     let waits_while_idle = real.data_wait_share > thresholds.data_wait_share
         && idle(real.gpu_utilization_percent) != Some(false);
     let verdict = if slower_than_cached || waits_while_idle {
@@ -204,6 +230,31 @@ mod tests {
         let compute = decide_bottleneck(run(10.0, 0.0, None), run(9.9, 0.01, None), t);
         assert_eq!(compute.verdict, Verdict::ComputeBound);
         assert!(compute.evidence.iter().any(|line| line.contains("unknown")));
+    }
+
+    #[test]
+    fn a_slower_run_that_never_waits_for_data_is_not_input_bound() {
+        let t = Thresholds::default();
+        // 22% of the time lost, 0.1% spent waiting: the loader competes for the cores.
+        let contended = decide_bottleneck(run(36.4, 0.0, None), run(28.5, 0.001, None), t);
+        assert_eq!(contended.verdict, Verdict::ComputeBound);
+        assert!(
+            contended
+                .evidence
+                .iter()
+                .any(|line| line.contains("competes with the step")),
+            "{:?}",
+            contended.evidence
+        );
+        // The same loss of pace with waiting to explain it is input-bound.
+        let starved = decide_bottleneck(run(36.4, 0.0, None), run(28.5, 0.15, None), t);
+        assert_eq!(starved.verdict, Verdict::InputBound);
+        // Thresholds written before the rule existed still read.
+        let old: Thresholds = serde_json::from_str(
+            r#"{"input_bound_ratio":0.8,"data_wait_share":0.2,"idle_utilization_percent":50.0}"#,
+        )
+        .unwrap();
+        assert_eq!(old, t);
     }
 
     #[test]
