@@ -11,11 +11,8 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 
+use crate::buckets::{buckets, concat, split};
 use crate::collective::Collective;
-
-/// Elements per bucket (128 MiB of f32): large enough that a step makes few collective calls,
-/// small enough that a bucket's extra copy stays modest.
-const BUCKET_ELEMENTS: usize = 1 << 25;
 
 /// A window's gradients and statistics after the all-reduce: sums over every replica.
 pub(crate) struct ReducedWindow<B: AutodiffBackend> {
@@ -57,12 +54,8 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut reduced = Vec::with_capacity(pieces.len());
     for bucket in buckets(pieces) {
         let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
-        let sum = collective.sum(Tensor::cat(bucket, 0))?;
-        if sizes.len() == 1 {
-            reduced.push(sum);
-        } else {
-            reduced.extend(sum.split_with_sizes(sizes, 0));
-        }
+        let sum = collective.sum(concat(bucket))?;
+        reduced.extend(split(sum, &sizes));
     }
     let counts = reduced.pop().expect("the counts were pushed last");
     let loss_sum = reduced
@@ -110,16 +103,12 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut received = Vec::with_capacity(flatten.pieces.len());
     for bucket in buckets(flatten.pieces) {
         let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
-        let mut sent = Tensor::cat(bucket, 0);
+        let mut sent = concat(bucket);
         if !is_root {
             sent = sent.zeros_like();
         }
         let value = collective.sum(sent)?;
-        if sizes.len() == 1 {
-            received.push(value);
-        } else {
-            received.extend(value.split_with_sizes(sizes, 0));
-        }
+        received.extend(split(value, &sizes));
     }
     if is_root {
         return Ok(module);
@@ -128,26 +117,6 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
         pieces: received.into_iter(),
     };
     Ok(module.map(&mut replace))
-}
-
-/// Groups 1-D pieces, in order, into buckets of at most [`BUCKET_ELEMENTS`] (a larger piece
-/// gets a bucket of its own).
-fn buckets<B: Backend>(pieces: Vec<Tensor<B, 1>>) -> Vec<Vec<Tensor<B, 1>>> {
-    let mut buckets: Vec<Vec<Tensor<B, 1>>> = Vec::new();
-    let mut filled = usize::MAX;
-    for piece in pieces {
-        let size = piece.dims()[0];
-        if filled.saturating_add(size) > BUCKET_ELEMENTS {
-            buckets.push(Vec::new());
-            filled = 0;
-        }
-        filled += size;
-        buckets
-            .last_mut()
-            .expect("a bucket was just pushed")
-            .push(piece);
-    }
-    buckets
 }
 
 struct FlattenGrads<'a, B: AutodiffBackend> {

@@ -92,6 +92,7 @@
 //! # Ok::<(), kiln_ml_train::Error>(())
 //! ```
 
+mod buckets;
 mod checkpoint;
 mod checkpoint_file;
 mod clipping;
@@ -102,6 +103,7 @@ mod data_parallel;
 mod error;
 mod first_step;
 mod fit;
+mod fused_adam;
 mod grad_sync;
 mod join;
 mod loss_scaler;
@@ -131,6 +133,7 @@ pub use counters::{BatchOutcome, Counters, FitSummary};
 pub use data_parallel::DataParallel;
 pub use error::{Error, Result};
 pub use fit::EpochSummary;
+pub use fused_adam::{AdamWeightDecay, FusedAdam, FusedAdamConfig, FusedAdamRecord};
 pub use loss_scaler::{DynamicLossScaler, LossScalerConfig, LossScalerState};
 pub use materialize::materialize;
 pub use model_step::{InferenceStep, StepOutput, TrainStep};

@@ -10,6 +10,7 @@ mod clipping;
 mod data_parallel;
 mod debug;
 mod errors;
+mod fused_adam;
 mod norms;
 mod observers;
 mod products;

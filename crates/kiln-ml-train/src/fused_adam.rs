@@ -1,0 +1,364 @@
+//! Adam and AdamW over every parameter at once: a few kernels per optimizer step, whatever the
+//! number of parameter tensors.
+//!
+//! Burn's `Adam` and `AdamW` update each parameter tensor on its own, with about a dozen
+//! element-wise operations each, so a model of many small tensors pays a launch for each (on a
+//! GPU the step then waits on launches, not arithmetic). [`FusedAdam`] flattens every trainable
+//! parameter and its gradient into a few large buckets (the ones the data-parallel all-reduce
+//! uses, 2^25 elements) and runs the update once per bucket, as PyTorch's `foreach` and `fused`
+//! Adam do. The arithmetic is Burn's, operation for operation, so the two agree to float
+//! rounding; the moments live as flat buckets and are saved in checkpoints as such.
+
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
+use burn::record::Record;
+use burn::tensor::Tensor;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+
+use crate::buckets::{bucket_ranges, concat, split};
+
+/// How [`FusedAdam`] decays the weights.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdamWeightDecay {
+    /// An L2 penalty added to the gradient, `g + penalty · w` (Burn's `AdamConfig` with
+    /// `WeightDecayConfig`, PyTorch's `Adam(weight_decay=)`).
+    L2 {
+        /// The penalty.
+        penalty: f32,
+    },
+    /// Decoupled decay, `w · (1 − lr · rate)` before the update (AdamW: Burn's `AdamWConfig`,
+    /// PyTorch's `AdamW`).
+    Decoupled {
+        /// The decay rate, multiplied by the learning rate.
+        rate: f32,
+    },
+}
+
+/// The settings of a [`FusedAdam`].
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FusedAdamConfig {
+    /// The decay of the first moment.
+    pub beta_1: f32,
+    /// The decay of the second moment.
+    pub beta_2: f32,
+    /// Added to the root of the second moment.
+    pub epsilon: f32,
+    /// Weight decay, if any.
+    pub weight_decay: Option<AdamWeightDecay>,
+}
+
+impl FusedAdamConfig {
+    /// Adam with Burn's `AdamConfig` defaults: betas 0.9 and 0.999, epsilon 1e-5, no decay.
+    pub fn adam() -> Self {
+        Self {
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-5,
+            weight_decay: None,
+        }
+    }
+
+    /// AdamW with Burn's `AdamWConfig` defaults: betas 0.9 and 0.999, epsilon 1e-5 (PyTorch's
+    /// is 1e-8), decoupled decay at 1e-4.
+    pub fn adamw() -> Self {
+        Self {
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-5,
+            weight_decay: Some(AdamWeightDecay::Decoupled { rate: 1e-4 }),
+        }
+    }
+
+    /// With the moments' decays.
+    pub fn with_betas(mut self, beta_1: f32, beta_2: f32) -> Self {
+        self.beta_1 = beta_1;
+        self.beta_2 = beta_2;
+        self
+    }
+
+    /// With `epsilon`.
+    pub fn with_epsilon(mut self, epsilon: f32) -> Self {
+        self.epsilon = epsilon;
+        self
+    }
+
+    /// With weight decay (or none).
+    pub fn with_weight_decay(mut self, weight_decay: Option<AdamWeightDecay>) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// The optimizer, for any module of backend `B`.
+    pub fn init<B: AutodiffBackend>(&self) -> FusedAdam<B> {
+        FusedAdam {
+            config: *self,
+            state: None,
+        }
+    }
+}
+
+/// Adam or AdamW updating every trainable parameter of a module in a few flat buckets: one
+/// [`Optimizer`] for [`Trainer`](crate::Trainer) (or any Burn loop) in place of Burn's `Adam`
+/// or `AdamW`, with the same arithmetic.
+///
+/// Differences from Burn's optimizers: a trainable parameter without a gradient in a step is
+/// stepped with a zero gradient (its moments decay and Adam may still move it), where Burn's
+/// leave it alone, as under kiln's data parallelism; and the state is one record for the whole
+/// module (a checkpoint of Burn's `Adam` does not load into it, nor the reverse).
+#[derive(Clone)]
+pub struct FusedAdam<B: AutodiffBackend> {
+    config: FusedAdamConfig,
+    state: Option<Moments<B::InnerBackend>>,
+}
+
+/// The step count and the moments, bucket by bucket, with the parameter sizes they were laid
+/// out for.
+#[derive(Clone)]
+struct Moments<B: Backend> {
+    time: usize,
+    sizes: Vec<usize>,
+    first: Vec<Tensor<B, 1>>,
+    second: Vec<Tensor<B, 1>>,
+}
+
+/// A [`FusedAdam`]'s state as a Burn record: the step count, the sizes of the parameters in
+/// visiting order, and the first and second moments, one flat tensor per bucket (all empty
+/// before the first step).
+#[derive(Record)]
+pub struct FusedAdamRecord<B: Backend> {
+    time: usize,
+    sizes: Vec<usize>,
+    first: Vec<Tensor<B, 1>>,
+    second: Vec<Tensor<B, 1>>,
+}
+
+impl<B: AutodiffBackend> FusedAdam<B> {
+    /// The settings.
+    pub fn config(&self) -> &FusedAdamConfig {
+        &self.config
+    }
+
+    /// Steps taken since the state began (0 before the first).
+    pub fn steps(&self) -> usize {
+        self.state.as_ref().map_or(0, |state| state.time)
+    }
+
+    /// The update of one bucket: the new parameters and moments.
+    fn update_bucket(
+        &self,
+        lr: LearningRate,
+        time: usize,
+        param: Tensor<B::InnerBackend, 1>,
+        mut grad: Tensor<B::InnerBackend, 1>,
+        moments: Option<(Tensor<B::InnerBackend, 1>, Tensor<B::InnerBackend, 1>)>,
+    ) -> [Tensor<B::InnerBackend, 1>; 3] {
+        let FusedAdamConfig {
+            beta_1,
+            beta_2,
+            epsilon,
+            weight_decay,
+        } = self.config;
+        if let Some(AdamWeightDecay::L2 { penalty }) = weight_decay {
+            grad = param.clone().mul_scalar(penalty).add(grad);
+        }
+        // Burn's `AdaptiveMomentum`, operation for operation.
+        let (first, second) = match moments {
+            Some((first, second)) => (
+                first
+                    .mul_scalar(beta_1)
+                    .add(grad.clone().mul_scalar(1.0 - beta_1)),
+                second
+                    .mul_scalar(beta_2)
+                    .add(grad.square().mul_scalar(1.0 - beta_2)),
+            ),
+            None => (
+                grad.clone().mul_scalar(1.0 - beta_1),
+                grad.square().mul_scalar(1.0 - beta_2),
+            ),
+        };
+        let time = time as i32;
+        let updated = match weight_decay {
+            Some(AdamWeightDecay::Decoupled { rate }) => {
+                // Burn's `AdamW`: bias-corrected moments, then the decayed weights.
+                let first_corrected = first.clone().div_scalar(1f32 - beta_1.powi(time));
+                let second_corrected = second.clone().div_scalar(1f32 - beta_2.powi(time));
+                let raw_delta = first_corrected.div(second_corrected.sqrt().add_scalar(epsilon));
+                let decay_rate = lr * f64::from(rate);
+                param.mul_scalar(1.0 - decay_rate) - raw_delta.mul_scalar(lr)
+            }
+            _ => {
+                // Burn's `Adam`: the bias corrections folded into two scalars.
+                let correction_2 = (1.0 - beta_2.powi(time)).sqrt();
+                let factor = correction_2 / (1.0 - beta_1.powi(time));
+                let direction = first
+                    .clone()
+                    .mul_scalar(factor)
+                    .div(second.clone().sqrt().add_scalar(epsilon * correction_2));
+                param - direction.mul_scalar(lr)
+            }
+        };
+        [updated, first, second]
+    }
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B>> Optimizer<M, B> for FusedAdam<B> {
+    type Record = FusedAdamRecord<B>;
+
+    fn step(&mut self, lr: LearningRate, module: M, mut grads: GradientsParams) -> M {
+        let mut gather = Gather::<B> {
+            grads: &mut grads,
+            params: Vec::new(),
+            grads_flat: Vec::new(),
+            sizes: Vec::new(),
+        };
+        module.visit(&mut gather);
+        let Gather {
+            params,
+            grads_flat,
+            sizes,
+            ..
+        } = gather;
+        if sizes.is_empty() {
+            return module;
+        }
+        let previous = self.state.take();
+        if let Some(previous) = &previous {
+            assert_eq!(
+                previous.sizes, sizes,
+                "FusedAdam's state was made for parameters of other sizes (a checkpoint of \
+                 another model?)"
+            );
+        }
+        let time = previous.as_ref().map_or(0, |state| state.time) + 1;
+        let mut moments = previous.map(|state| state.first.into_iter().zip(state.second));
+        let (mut params, mut grads_flat) = (params.into_iter(), grads_flat.into_iter());
+        let (mut pieces, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
+        for range in bucket_ranges(&sizes) {
+            let param = concat(params.by_ref().take(range.len()).collect());
+            let grad = concat(grads_flat.by_ref().take(range.len()).collect());
+            let bucket_moments = moments.as_mut().and_then(Iterator::next);
+            let [updated, new_first, new_second] =
+                self.update_bucket(lr, time, param, grad, bucket_moments);
+            pieces.extend(split(updated, &sizes[range]));
+            first.push(new_first);
+            second.push(new_second);
+        }
+        self.state = Some(Moments {
+            time,
+            sizes,
+            first,
+            second,
+        });
+        module.map(&mut Replace::<B> {
+            pieces: pieces.into_iter(),
+        })
+    }
+
+    fn step_multi(&mut self, lr: LearningRate, module: M, mut grads: MultiGradientsParams) -> M {
+        let mut collect = CollectMulti::<B> {
+            grads: &mut grads,
+            out: GradientsParams::new(),
+            backend: std::marker::PhantomData,
+        };
+        module.visit(&mut collect);
+        let single = collect.out;
+        self.step(lr, module, single)
+    }
+
+    fn to_record(&self) -> Self::Record {
+        let to_outer = |tensors: &[Tensor<B::InnerBackend, 1>]| {
+            tensors.iter().cloned().map(Tensor::from_inner).collect()
+        };
+        match &self.state {
+            Some(state) => FusedAdamRecord {
+                time: state.time,
+                sizes: state.sizes.clone(),
+                first: to_outer(&state.first),
+                second: to_outer(&state.second),
+            },
+            None => FusedAdamRecord {
+                time: 0,
+                sizes: Vec::new(),
+                first: Vec::new(),
+                second: Vec::new(),
+            },
+        }
+    }
+
+    fn load_record(mut self, record: Self::Record) -> Self {
+        let to_inner =
+            |tensors: Vec<Tensor<B, 1>>| tensors.into_iter().map(Tensor::inner).collect();
+        self.state = (record.time > 0).then(|| Moments {
+            time: record.time,
+            sizes: record.sizes,
+            first: to_inner(record.first),
+            second: to_inner(record.second),
+        });
+        self
+    }
+}
+
+/// Every trainable float parameter, flattened, with its gradient (zeros without one).
+struct Gather<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    params: Vec<Tensor<B::InnerBackend, 1>>,
+    grads_flat: Vec<Tensor<B::InnerBackend, 1>>,
+    sizes: Vec<usize>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val();
+        if !value.is_require_grad() {
+            return;
+        }
+        let elements = value.shape().num_elements();
+        let value = value.inner().reshape([elements]);
+        let grad = match self.grads.remove::<B::InnerBackend, D>(param.id) {
+            Some(grad) => grad.reshape([elements]),
+            None => value.zeros_like(),
+        };
+        self.params.push(value);
+        self.grads_flat.push(grad);
+        self.sizes.push(elements);
+    }
+}
+
+/// The trainable parameters replaced by the updated pieces, in visiting order.
+struct Replace<B: AutodiffBackend> {
+    pieces: std::vec::IntoIter<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for Replace<B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|tensor| {
+            if !tensor.is_require_grad() {
+                return tensor;
+            }
+            let piece = self
+                .pieces
+                .next()
+                .expect("one updated piece per trainable parameter, in visiting order");
+            let dims: [usize; D] = tensor.dims();
+            Tensor::from_inner(piece.reshape(dims)).require_grad()
+        })
+    }
+}
+
+/// The gradients of several devices summed per parameter, on the parameter's device (as
+/// Burn's optimizers do with `MultiGradientsParams`).
+struct CollectMulti<'a, B: AutodiffBackend> {
+    grads: &'a mut MultiGradientsParams,
+    out: GradientsParams,
+    backend: std::marker::PhantomData<B>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for CollectMulti<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some((grad, _device)) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            let grad = grad.to_device(&param.val().device());
+            self.out.register::<B::InnerBackend, D>(param.id, grad);
+        }
+    }
+}
