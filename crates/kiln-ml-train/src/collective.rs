@@ -18,7 +18,7 @@ use burn::collective::{
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use crate::replica_group::ReplicaGroup;
+use crate::replica_group::{ReplicaGroup, own_copy};
 
 /// A replica's way to the others.
 #[derive(Debug, Clone)]
@@ -68,6 +68,8 @@ impl Collective {
             Self::Local { rank, group } => return group.sum(*rank, tensor),
             Self::Sessions { peer, sessions } => (*peer, sessions),
         };
+        // burn-collective's server threads use the tensor: none of the caller's clones may.
+        let tensor = own_copy(tensor);
         let device = tensor.device();
         let elements = tensor.dims()[0];
         // Zeros pad a short tensor to the ring's minimum; the sum is sliced back below.

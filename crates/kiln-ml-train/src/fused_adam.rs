@@ -222,22 +222,16 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Optimizer<M, B> for FusedAdam<B> 
         if sizes.is_empty() {
             return module;
         }
-        let previous = self.state.take();
-        if let Some(previous) = &previous {
-            assert_eq!(
-                previous.sizes, sizes,
-                "FusedAdam's state was made for parameters of other sizes (a checkpoint of \
-                 another model?)"
-            );
-        }
-        let time = previous.as_ref().map_or(0, |state| state.time) + 1;
-        let mut moments = previous.map(|state| state.first.into_iter().zip(state.second));
+        let ranges = bucket_ranges(&sizes);
+        let (time, moments) = match continued(self.state.take(), &sizes, &ranges) {
+            Some((time, moments)) => (time + 1, moments.into_iter().map(Some).collect()),
+            None => (1, vec![None; ranges.len()]),
+        };
         let (mut params, mut grads_flat) = (params.into_iter(), grads_flat.into_iter());
         let (mut pieces, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
-        for range in bucket_ranges(&sizes) {
+        for (range, bucket_moments) in ranges.into_iter().zip(moments) {
             let param = concat(params.by_ref().take(range.len()).collect());
             let grad = concat(grads_flat.by_ref().take(range.len()).collect());
-            let bucket_moments = moments.as_mut().and_then(Iterator::next);
             let [updated, new_first, new_second] =
                 self.update_bucket(lr, time, param, grad, bucket_moments);
             pieces.extend(split(updated, &sizes[range]));
@@ -297,6 +291,62 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Optimizer<M, B> for FusedAdam<B> 
         });
         self
     }
+}
+
+/// A bucket's first and second moments.
+type BucketMoments<B> = (Tensor<B, 1>, Tensor<B, 1>);
+
+/// The step count and the moments of `previous`, bucket by bucket as `ranges` groups `sizes`;
+/// `None` (the moments restart) before the first step, and, with a warning, when the trainable
+/// parameters changed (a layer frozen or unfrozen) or the saved moments do not cover them.
+fn continued<B: Backend>(
+    previous: Option<Moments<B>>,
+    sizes: &[usize],
+    ranges: &[std::ops::Range<usize>],
+) -> Option<(usize, Vec<BucketMoments<B>>)> {
+    let previous = previous?;
+    if previous.sizes != sizes {
+        log::warn!(
+            "FusedAdam: the trainable parameters changed ({} tensors, {} elements, were {} and \
+             {}): Adam's moments restart",
+            sizes.len(),
+            sizes.iter().sum::<usize>(),
+            previous.sizes.len(),
+            previous.sizes.iter().sum::<usize>()
+        );
+        return None;
+    }
+    let lengths: Vec<usize> = ranges
+        .iter()
+        .map(|range| sizes[range.clone()].iter().sum())
+        .collect();
+    let fits = |moments: &[Tensor<B, 1>]| {
+        moments.len() == lengths.len()
+            && moments
+                .iter()
+                .zip(&lengths)
+                .all(|(moment, length)| moment.dims()[0] == *length)
+    };
+    let total = |moments: &[Tensor<B, 1>]| moments.iter().map(|m| m.dims()[0]).sum::<usize>();
+    let expected: usize = lengths.iter().sum();
+    let (first, second) = if fits(&previous.first) && fits(&previous.second) {
+        (previous.first, previous.second)
+    } else if total(&previous.first) == expected && total(&previous.second) == expected {
+        // Saved with other buckets: the same elements, cut again.
+        (
+            split(concat(previous.first), &lengths),
+            split(concat(previous.second), &lengths),
+        )
+    } else {
+        log::warn!(
+            "FusedAdam: the saved moments ({} and {} elements) do not cover the {expected} \
+             elements of the parameters: Adam's moments restart",
+            total(&previous.first),
+            total(&previous.second)
+        );
+        return None;
+    };
+    Some((previous.time, first.into_iter().zip(second).collect()))
 }
 
 /// Every trainable float parameter, flattened, with its gradient (zeros without one).
@@ -360,5 +410,62 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for CollectMulti<'_, B> {
             let grad = grad.to_device(&param.val().device());
             self.out.register::<B::InnerBackend, D>(param.id, grad);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::TensorData;
+
+    type B = Flex;
+
+    fn tensor(values: Vec<f32>) -> Tensor<B, 1> {
+        Tensor::from_data(TensorData::from(values.as_slice()), &Default::default())
+    }
+
+    fn moments(sizes: Vec<usize>, buckets: &[usize]) -> Moments<B> {
+        let bucket = |offset: f32| {
+            buckets
+                .iter()
+                .map(|&length| tensor((0..length).map(|i| offset + i as f32).collect()))
+                .collect()
+        };
+        Moments {
+            time: 7,
+            sizes,
+            first: bucket(0.0),
+            second: bucket(100.0),
+        }
+    }
+
+    fn values(tensor: Tensor<B, 1>) -> Vec<f32> {
+        tensor.into_data().to_vec().unwrap()
+    }
+
+    #[test]
+    fn moments_continue_only_for_the_parameters_they_were_made_for() {
+        let sizes = [2, 3];
+        let one_bucket = [0..2];
+        assert!(continued::<B>(None, &sizes, &one_bucket).is_none());
+
+        let (time, kept) = continued(Some(moments(vec![2, 3], &[5])), &sizes, &one_bucket).unwrap();
+        assert_eq!(time, 7);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(values(kept[0].0.clone()), [0.0, 1.0, 2.0, 3.0, 4.0]);
+
+        // Saved in two buckets, continued in one: the same elements, cut again.
+        let (_, recut) =
+            continued(Some(moments(vec![2, 3], &[2, 3])), &sizes, &one_bucket).unwrap();
+        assert_eq!(recut.len(), 1);
+        assert_eq!(
+            values(recut[0].1.clone()),
+            [100.0, 101.0, 100.0, 101.0, 102.0]
+        );
+
+        // A layer frozen or unfrozen, or moments that do not cover the parameters: a restart.
+        assert!(continued(Some(moments(vec![2], &[2])), &sizes, &one_bucket).is_none());
+        assert!(continued(Some(moments(vec![2, 3], &[4])), &sizes, &one_bucket).is_none());
     }
 }

@@ -45,6 +45,8 @@ struct Meeting {
     arrived: usize,
     answers: Vec<Option<Result<Box<dyn Any + Send>, String>>>,
     taken: usize,
+    /// Whether the last to arrive is computing the answers (outside the lock).
+    reducing: bool,
     /// Whether the answers are out (the next call waits until all are taken).
     answered: bool,
     aborted: Option<String>,
@@ -152,7 +154,7 @@ impl ReplicaGroup {
         let released = |why: &str| format!("{RELEASED} ({why})");
         let mut state = self.lock();
         // The previous call's answers must all be taken before this one gathers.
-        while state.answered && state.aborted.is_none() {
+        while (state.answered || state.reducing) && state.aborted.is_none() {
             state = self.wait(state);
         }
         if let Some(why) = &state.aborted {
@@ -173,8 +175,15 @@ impl ReplicaGroup {
                 .drain(..)
                 .map(|arrival| arrival.expect("every replica arrived"))
                 .collect();
-            state.answers = answers(arrivals, reduce);
             state.arrived = 0;
+            state.reducing = true;
+            // Reduce without the lock: copies to other devices block on them, and an abort
+            // must not wait for a device that hangs.
+            drop(state);
+            let computed = answers(arrivals, reduce);
+            state = self.lock();
+            state.answers = computed;
+            state.reducing = false;
             state.answered = true;
             self.changed.notify_all();
         }
@@ -233,7 +242,7 @@ fn answers(
 
 /// A new tensor equal to `tensor` (times one: exact for every value, NaN and -0 included), which
 /// shares no reference count with `tensor`'s clones.
-fn own_copy<B: Backend>(tensor: Tensor<B, 1>) -> Tensor<B, 1> {
+pub(crate) fn own_copy<B: Backend>(tensor: Tensor<B, 1>) -> Tensor<B, 1> {
     tensor.mul_scalar(1.0)
 }
 

@@ -142,23 +142,24 @@ pub fn decide_bottleneck(
         ),
     }
     // The share of the real run's time lost against the cached pace, and whether waiting for
-    // data accounts for enough of it.
+    // data accounts for enough of it (a cached run that made no progress decides nothing).
     let lost_share = (1.0 - ratio).max(0.0);
-    let wait_explains_loss =
-        real.data_wait_share >= thresholds.explained_wait_fraction * lost_share;
+    let wait_explains_loss = cached.steps_per_s <= 0.0
+        || real.data_wait_share >= thresholds.explained_wait_fraction * lost_share;
     let slower_than_cached = ratio < thresholds.input_bound_ratio;
-    if slower_than_cached && !wait_explains_loss {
+    let contended = slower_than_cached && !wait_explains_loss;
+    let waits_while_idle = real.data_wait_share > thresholds.data_wait_share
+        && idle(real.gpu_utilization_percent) != Some(false);
+    if contended && !waits_while_idle {
         evidence.push(format!(
-            "the real run loses {:.0}% of its time against the cached pace but waits for data \
-             only {:.1}% of it: the loader's work competes with the step for the host's cores \
-             (not input-bound: fewer or cheaper loader workers help, more do not)",
+            "the real run loses {:.0}% of its time against the cached pace but spends only \
+             {:.1}% of it waiting for data: the loader's work competes with the step for the \
+             host's cores (not input-bound: fewer or cheaper loader workers help, more do not)",
             100.0 * lost_share,
             100.0 * real.data_wait_share
         ));
     }
     let slower_than_cached = slower_than_cached && wait_explains_loss;
-    let waits_while_idle = real.data_wait_share > thresholds.data_wait_share
-        && idle(real.gpu_utilization_percent) != Some(false);
     let verdict = if slower_than_cached || waits_while_idle {
         Verdict::InputBound
     } else if idle(cached.gpu_utilization_percent) == Some(true) {
