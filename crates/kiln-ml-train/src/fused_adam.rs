@@ -151,7 +151,7 @@ impl<B: AutodiffBackend> FusedAdam<B> {
         time: usize,
         param: Tensor<B::InnerBackend, 1>,
         mut grad: Tensor<B::InnerBackend, 1>,
-        moments: Option<(Tensor<B::InnerBackend, 1>, Tensor<B::InnerBackend, 1>)>,
+        moments: Option<BucketMoments<B::InnerBackend>>,
     ) -> [Tensor<B::InnerBackend, 1>; 3] {
         let FusedAdamConfig {
             beta_1,
@@ -447,7 +447,9 @@ mod tests {
     #[test]
     fn moments_continue_only_for_the_parameters_they_were_made_for() {
         let sizes = [2, 3];
-        let one_bucket = [0..2];
+        // Both parameters in one bucket.
+        let one_bucket = bucket_ranges(&sizes);
+        assert_eq!(one_bucket.len(), 1);
         assert!(continued::<B>(None, &sizes, &one_bucket).is_none());
 
         let (time, kept) = continued(Some(moments(vec![2, 3], &[5])), &sizes, &one_bucket).unwrap();
