@@ -18,7 +18,7 @@ use burn::collective::{
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use crate::replica_group::{ReplicaGroup, own_copy};
+use crate::replica_group::ReplicaGroup;
 
 /// A replica's way to the others.
 #[derive(Debug, Clone)]
@@ -62,23 +62,24 @@ impl Collective {
         }
     }
 
-    /// The element-wise sum of `tensor` over every replica.
-    pub(crate) fn sum<B: Backend>(&self, tensor: Tensor<B, 1>) -> Result<Tensor<B, 1>, String> {
+    /// The element-wise sum over every replica of `pieces` concatenated. The concatenation is a
+    /// new tensor, which no clone held by the caller shares (see `replica_group.rs` for why that
+    /// matters under burn-fusion).
+    pub(crate) fn sum<B: Backend>(
+        &self,
+        mut pieces: Vec<Tensor<B, 1>>,
+    ) -> Result<Tensor<B, 1>, String> {
         let (peer, sessions) = match self {
-            Self::Local { rank, group } => return group.sum(*rank, tensor),
+            Self::Local { rank, group } => return group.sum(*rank, pieces),
             Self::Sessions { peer, sessions } => (*peer, sessions),
         };
-        // burn-collective's server threads use the tensor: none of the caller's clones may.
-        let tensor = own_copy(tensor);
-        let device = tensor.device();
-        let elements = tensor.dims()[0];
+        let device = pieces[0].device();
+        let elements: usize = pieces.iter().map(|piece| piece.dims()[0]).sum();
         // Zeros pad a short tensor to the ring's minimum; the sum is sliced back below.
-        let tensor = if elements < sessions.min_elements {
-            let padding = Tensor::zeros([sessions.min_elements - elements], &device);
-            Tensor::cat(vec![tensor, padding], 0)
-        } else {
-            tensor
-        };
+        if elements < sessions.min_elements {
+            pieces.push(Tensor::zeros([sessions.min_elements - elements], &device));
+        }
+        let tensor = Tensor::cat(pieces, 0);
         let primitive = tensor.into_primitive().tensor();
         let operation = sessions.operations.fetch_add(1, Ordering::Relaxed);
         let config = sessions.configs[(operation % 2) as usize].clone();

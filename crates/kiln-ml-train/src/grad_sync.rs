@@ -11,7 +11,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 
-use crate::buckets::{buckets, concat, split};
+use crate::buckets::{buckets, split};
 use crate::collective::Collective;
 
 /// A window's gradients and statistics after the all-reduce: sums over every replica.
@@ -54,7 +54,7 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut reduced = Vec::with_capacity(pieces.len());
     for bucket in buckets(pieces) {
         let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
-        let sum = collective.sum(concat(bucket))?;
+        let sum = collective.sum(bucket)?;
         reduced.extend(split(sum, &sizes));
     }
     let counts = reduced.pop().expect("the counts were pushed last");
@@ -82,7 +82,7 @@ pub(crate) fn all_reduce_count<B: Backend>(
 ) -> Result<f64, String> {
     let local = Tensor::<B, 1>::from_data(TensorData::new(vec![count as f32], [1]), device);
     collective
-        .sum(local)?
+        .sum(vec![local])?
         .into_data()
         .iter::<f64>()
         .next()
@@ -103,10 +103,11 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut received = Vec::with_capacity(flatten.pieces.len());
     for bucket in buckets(flatten.pieces) {
         let sizes: Vec<usize> = bucket.iter().map(|piece| piece.dims()[0]).collect();
-        let mut sent = concat(bucket);
-        if !is_root {
-            sent = sent.zeros_like();
-        }
+        let sent = if is_root {
+            bucket
+        } else {
+            bucket.iter().map(Tensor::zeros_like).collect()
+        };
         let value = collective.sum(sent)?;
         received.extend(split(value, &sizes));
     }

@@ -15,7 +15,8 @@
 //!
 //! So [`DataParallel`](crate::DataParallel) runs every replica thread of a run on one fusion
 //! stream (`StreamId::executes`), and the replicas meet here on their own threads, exchanging
-//! only tensors that no other thread holds a clone of: each replica sends a copy of its tensor,
+//! only tensors that no other thread holds a clone of: each replica sends the concatenation of
+//! its pieces (a new tensor),
 //! the last to arrive adds them up in rank order on rank 0's device, and each replica receives
 //! a tensor of its own on its own device. The same values for every replica, in every run.
 
@@ -93,19 +94,20 @@ impl ReplicaGroup {
         }
     }
 
-    /// The element-wise sum of every replica's `tensor`, on `rank`'s device. Every replica calls
-    /// it with a tensor of the same length; otherwise all of them get a "Mismatch" error.
+    /// The element-wise sum of every replica's `pieces` concatenated, on `rank`'s device. Every
+    /// replica calls it with pieces of the same total length; otherwise all of them get a
+    /// "Mismatch" error.
     pub(crate) fn sum<B: Backend>(
         &self,
         rank: usize,
-        tensor: Tensor<B, 1>,
+        pieces: Vec<Tensor<B, 1>>,
     ) -> Result<Tensor<B, 1>, String> {
+        // The concatenation is a new tensor (even of one piece), so the group only ever sees a
+        // tensor of its own, whatever clones of the pieces the caller keeps: no extra copy.
+        let own = Tensor::cat(pieces, 0);
         let call = Call::Sum {
-            elements: tensor.dims()[0],
+            elements: own.dims()[0],
         };
-        // The caller may hold clones of `tensor` (a bucket of one piece is the piece itself):
-        // the group only ever sees a tensor of its own.
-        let own = own_copy(tensor);
         let answer = self.meet(rank, call, Some(Box::new(own)), add_up::<B>)?;
         Ok(*answer
             .downcast::<Tensor<B, 1>>()
@@ -242,7 +244,7 @@ fn answers(
 
 /// A new tensor equal to `tensor` (times one: exact for every value, NaN and -0 included), which
 /// shares no reference count with `tensor`'s clones.
-pub(crate) fn own_copy<B: Backend>(tensor: Tensor<B, 1>) -> Tensor<B, 1> {
+fn own_copy<B: Backend>(tensor: Tensor<B, 1>) -> Tensor<B, 1> {
     tensor.mul_scalar(1.0)
 }
 
@@ -320,7 +322,11 @@ mod tests {
             (0..50)
                 .map(|call| {
                     let value = (rank * 100 + call) as f32;
-                    values(group.sum(rank, tensor(&[value, 1.0])).unwrap())
+                    values(
+                        group
+                            .sum(rank, vec![tensor(&[value]), tensor(&[1.0])])
+                            .unwrap(),
+                    )
                 })
                 .collect::<Vec<_>>()
         });
@@ -337,7 +343,7 @@ mod tests {
             if rank == 0 {
                 group.close(rank).err()
             } else {
-                group.sum(rank, tensor(&[1.0, 2.0])).err()
+                group.sum(rank, vec![tensor(&[1.0, 2.0])]).err()
             }
         });
         for error in outcomes {
@@ -347,7 +353,9 @@ mod tests {
             assert!(error.contains("rank 1 made a sum of 2 elements"), "{error}");
         }
         let lengths = on_threads(2, |rank, group| {
-            group.sum(rank, tensor(&vec![0.0; rank + 1])).unwrap_err()
+            group
+                .sum(rank, vec![tensor(&vec![0.0; rank + 1])])
+                .unwrap_err()
         });
         assert!(lengths[0].contains("a sum of 1 elements"), "{}", lengths[0]);
     }
@@ -356,7 +364,7 @@ mod tests {
     fn an_abort_releases_waiting_and_later_calls() {
         let group = ReplicaGroup::new(2);
         std::thread::scope(|scope| {
-            let waiting = scope.spawn(|| group.sum(0, tensor(&[1.0])));
+            let waiting = scope.spawn(|| group.sum(0, vec![tensor(&[1.0])]));
             // Whether rank 0 is waiting yet or not, it is released.
             group.abort("rank 1 gave up");
             let error = waiting.join().unwrap().unwrap_err();
@@ -371,7 +379,7 @@ mod tests {
     fn a_single_replica_meets_itself() {
         let group = ReplicaGroup::new(1);
         assert_eq!(
-            values(group.sum(0, tensor(&[2.0, 3.0])).unwrap()),
+            values(group.sum(0, vec![tensor(&[2.0, 3.0])]).unwrap()),
             [2.0, 3.0]
         );
         group.close(0).unwrap();
