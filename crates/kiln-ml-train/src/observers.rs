@@ -14,8 +14,9 @@ use crate::{Error, Result};
 /// [`Observer::timing`] asks for that step, or [`Timing::Phases`] when
 /// [`sync_phase_timing`](crate::TrainerConfig::sync_phase_timing) is set. With
 /// [`Timing::Host`] the timings measure how long the host took to enqueue the work, and no sync
-/// is added; with [`Timing::Step`] only the optimizer phase syncs, once per step (and a
-/// validation pass at its end).
+/// is added; with [`Timing::Step`] only the optimizer phase syncs, once per step. A validation
+/// pass ends with a sync whenever it is timed: once per pass, and the metric's readback right
+/// after it would wait as long.
 #[derive(Default)]
 pub(crate) struct Observers {
     list: Vec<Box<dyn Observer>>,
@@ -84,13 +85,13 @@ impl Observers {
 
     /// Whether the end of `phase` in step `step` syncs the device.
     fn syncs(&self, phase: Phase, step: u64) -> bool {
-        if self.force_sync {
+        // A validation pass is its own unit of device work, timed whole.
+        if self.force_sync || phase == Phase::Validation {
             return true;
         }
         match self.list.timing(step) {
             Timing::Host => false,
-            // A validation pass is its own unit of device work, like a step.
-            Timing::Step => matches!(phase, Phase::Optimizer | Phase::Validation),
+            Timing::Step => phase == Phase::Optimizer,
             Timing::Phases => true,
         }
     }

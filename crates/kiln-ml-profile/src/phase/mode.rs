@@ -10,9 +10,12 @@ pub enum TimingMode {
     /// A device sync at every phase boundary: every phase measures its device work, at the
     /// cost of the overlap between host and device (reported as sync time).
     Accurate,
-    /// One device sync per step, so step times are the device's, and an accurate step (a sync
-    /// at every phase) every `every` steps, from which the split into phases is estimated.
-    /// The cheap default for long runs.
+    /// An accurate step (a sync at every phase) every `every` steps, from which the split into
+    /// phases is estimated, and one sync at the end of the step before it, so the accurate step
+    /// starts on an idle device; no sync in the steps between, so the host keeps queuing work
+    /// ahead of the device. The steps between are timed by the host (each is how long the host
+    /// took to queue it, plus any wait the trainer adds); the sync before the accurate step
+    /// brings their total back to the device's. The cheap default for long runs.
     Cheap {
         /// One accurate step in this many (at least 1).
         every: u64,
@@ -31,7 +34,8 @@ impl TimingMode {
         match self {
             TimingMode::Accurate => Timing::Phases,
             TimingMode::Cheap { every } if step.is_multiple_of(every.max(1)) => Timing::Phases,
-            TimingMode::Cheap { .. } => Timing::Step,
+            TimingMode::Cheap { every } if (step + 1).is_multiple_of(every.max(1)) => Timing::Step,
+            TimingMode::Cheap { .. } => Timing::Host,
             TimingMode::Host => Timing::Host,
         }
     }
@@ -53,20 +57,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cheap_mode_syncs_once_per_step_and_fully_every_n() {
-        let mode = TimingMode::Cheap { every: 3 };
-        let timings: Vec<Timing> = (1..=6).map(|step| mode.timing(step)).collect();
+    fn cheap_mode_syncs_fully_every_n_and_once_the_step_before() {
+        let mode = TimingMode::Cheap { every: 4 };
+        let timings: Vec<Timing> = (1..=8).map(|step| mode.timing(step)).collect();
         assert_eq!(
             timings,
             [
-                Timing::Step,
+                Timing::Host,
+                Timing::Host,
                 Timing::Step,
                 Timing::Phases,
-                Timing::Step,
+                Timing::Host,
+                Timing::Host,
                 Timing::Step,
                 Timing::Phases
             ]
         );
+        let every_second = TimingMode::Cheap { every: 2 };
+        assert_eq!(every_second.timing(1), Timing::Step);
+        assert_eq!(every_second.timing(2), Timing::Phases);
         assert_eq!(TimingMode::Cheap { every: 0 }.timing(7), Timing::Phases);
         assert_eq!(TimingMode::Accurate.timing(2), Timing::Phases);
         assert_eq!(TimingMode::Host.timing(2), Timing::Host);

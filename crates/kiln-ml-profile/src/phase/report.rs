@@ -172,7 +172,10 @@ impl PhaseReport {
         match self.mode {
             TimingMode::Accurate => "accurate: a device sync at every phase".to_owned(),
             TimingMode::Cheap { every } => {
-                format!("cheap: a device sync per step, every phase of 1 step in {every}")
+                format!(
+                    "cheap: every phase of 1 step in {every} synced, the step before it once, \
+                     none between"
+                )
             }
             TimingMode::Host => "host: no device sync".to_owned(),
         }

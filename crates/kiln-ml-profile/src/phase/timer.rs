@@ -22,9 +22,9 @@ const DEFAULT_MAX_SPANS: usize = 200_000;
 /// observers, checkpoints) is reported as `other`.
 ///
 /// What the numbers mean depends on the [`TimingMode`]: with `Accurate` every phase ends with
-/// a device sync; with `Cheap` only one step in N does, every step's end syncs, and the split of
-/// the step into phases is estimated from the accurate steps (marked as estimated in the
-/// report). A phase whose `PhaseEnd` carries a sync is known to be accurate whoever asked for
+/// a device sync; with `Cheap` only one step in N does, the step before it syncs once at its
+/// end, the steps between not at all, and the split of the steps into phases is estimated from
+/// the accurate steps (marked as estimated in the report). A phase whose `PhaseEnd` carries a sync is known to be accurate whoever asked for
 /// it, so another observer asking for more syncs only makes the report more exact.
 ///
 /// ```

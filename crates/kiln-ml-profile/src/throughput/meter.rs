@@ -14,8 +14,11 @@ type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
 /// accumulation window counts once), micro-batches from the trainer's backward phases, samples
 /// from `fit`'s `BatchReady` events (a hand-written loop over `train_batch` emits none: feed a
 /// [`Throughput`] yourself there), FLOPs from a closure or a per-sample count, and validation
-/// time left out of the elapsed time (Lightning #21291). It asks for one device sync per step
-/// ([`Timing::Step`]), so the time read after each step is the device's.
+/// time left out of the elapsed time (Lightning #21291). It asks for no device sync
+/// ([`Timing::Host`]): the time read after a step is the host's, ahead of the device by at most
+/// the work the trainer lets it queue (`max_queued_steps`, 2 steps by default), a few steps'
+/// worth over the meter's window, and exact at every step another observer (the
+/// [`PhaseTimer`](crate::PhaseTimer)) or the trainer syncs.
 ///
 /// ```
 /// use kiln_ml_core::{Event, Observer, StepOutcome, StepReport};
@@ -152,6 +155,6 @@ impl Observer for ThroughputMeter {
     }
 
     fn timing(&self, _step: u64) -> Timing {
-        Timing::Step
+        Timing::Host
     }
 }
