@@ -113,23 +113,29 @@ fn single_and_parallel<B: AutodiffBackend>(
 fn two_replicas_follow_one_device_at_twice_the_batch<B: AutodiffBackend>(device: B::Device) {
     let initial = params(&model::<B>(&device, 1));
     let (single, replicas) = single_and_parallel::<B>(device.clone(), Precision::F32);
-    assert_eq!(
-        replicas[0], replicas[1],
-        "every replica applies the same update"
+    let spread = max_abs_diff(&replicas[0], &replicas[1]);
+    assert!(
+        spread <= replica_spread::<B>(&device),
+        "every replica applies the same update: they differ by {spread}"
     );
     assert!(
         max_abs_diff(&single, &initial) > 1e-2,
         "training moved the weights"
     );
     let diff = max_abs_diff(&single, &replicas[0]);
+    let tolerance = f32_tolerance::<B>(&device);
     assert!(
-        diff <= 1e-5,
-        "f32: replicas differ from one device by {diff}"
+        diff <= tolerance,
+        "f32: replicas differ from one device by {diff} > {tolerance}"
     );
 
     for precision in mixed_precisions::<B>(&device) {
         let (single, replicas) = single_and_parallel::<B>(device.clone(), precision);
-        assert_eq!(replicas[0], replicas[1], "{precision}: replicas agree");
+        let spread = max_abs_diff(&replicas[0], &replicas[1]);
+        assert!(
+            spread <= replica_spread::<B>(&device),
+            "{precision}: replicas differ by {spread}"
+        );
         let diff = max_abs_diff(&single, &replicas[0]);
         // The low-precision forward rounds each half-batch's activations on its own: the
         // stated tolerances (docs/training.md) are about each type's machine epsilon, 1e-3 in
@@ -237,9 +243,10 @@ fn a_replica_with_an_empty_last_window_steps_with_the_others<B: AutodiffBackend>
         .unwrap();
     assert_eq!(replicas[0], replicas[1]);
     let diff = max_abs_diff(&params(single.model()), &replicas[0]);
+    let tolerance = f32_tolerance::<B>(&device);
     assert!(
-        diff <= 1e-5,
-        "the flushed step differs from one device by {diff}"
+        diff <= tolerance,
+        "the flushed step differs from one device by {diff} > {tolerance}"
     );
 }
 

@@ -103,9 +103,12 @@ fn fused_adam_follows_burns_adam_and_adamw<B: AutodiffBackend>(device: B::Device
                 "{name}, {precision}: training moved the weights"
             );
             let diff = max_abs_diff(&burn, &fused);
+            // Where products round to TF32 (CUDA), a last-place difference in one update can
+            // round a later product's input the other way: 100 steps amplify it (1.7e-4 seen).
+            let tolerance = f32_tolerance::<B>(&device);
             assert!(
-                diff <= 1e-5,
-                "{name}, {precision}: FusedAdam differs from Burn's by {diff}"
+                diff <= tolerance,
+                "{name}, {precision}: FusedAdam differs from Burn's by {diff} > {tolerance}"
             );
         }
     }

@@ -69,4 +69,58 @@ fn low_precision_products_accumulate_in_f32<B: AutodiffBackend>(device: B::Devic
     }
 }
 
-crate::backend_tests!(low_precision_products_accumulate_in_f32);
+/// f32 products keep f32's precision, or TF32's where the backend rounds inputs to it (Burn
+/// 0.21 on CUDA: tensor-core kernels for f32 inputs); either way they accumulate in f32. The
+/// trainer tests compare f32 runs at the tolerance `common::f32_tolerance` derives from this.
+fn f32_products_keep_f32_or_tf32_precision<B: AutodiffBackend>(device: B::Device) {
+    let tf32 = crate::common::products_round_to_tf32::<B::InnerBackend>(&device);
+    // Values in [-1, 1) with every mantissa bit used, so TF32's rounding shows.
+    let mut state = 7u64;
+    let mut values = |count: usize| -> Vec<f32> {
+        (0..count)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    };
+    let (lhs, rhs) = (values(ROWS * INNER), values(INNER * ROWS));
+    let product = Tensor::<B::InnerBackend, 2>::from_data(
+        TensorData::new(lhs.clone(), [ROWS, INNER]),
+        &device,
+    )
+    .matmul(Tensor::from_data(
+        TensorData::new(rhs.clone(), [INNER, ROWS]),
+        &device,
+    ))
+    .into_data()
+    .to_vec::<f32>()
+    .unwrap();
+    // Against the sum of absolute terms, which bounds the rounding error of any order.
+    let mut worst = 0f64;
+    for i in 0..ROWS {
+        for j in 0..ROWS {
+            let terms =
+                (0..INNER).map(|k| f64::from(lhs[i * INNER + k]) * f64::from(rhs[k * ROWS + j]));
+            let (exact, scale) = terms.fold((0.0, 0.0), |(sum, abs), t| (sum + t, abs + t.abs()));
+            worst = worst.max((f64::from(product[i * ROWS + j]) - exact).abs() / scale);
+        }
+    }
+    // f32: a few units of 2^-24 per term; TF32 rounds each input to 2^-11.
+    let bound = if tf32 { 2e-3 } else { 1e-5 };
+    println!(
+        "f32 products: {} inputs, error {worst:.1e} of the sum of absolute terms",
+        if tf32 { "TF32" } else { "f32" }
+    );
+    assert!(
+        worst <= bound,
+        "f32 products err by {worst:.2e} of the absolute sum (> {bound:.0e}, TF32: {tf32})"
+    );
+}
+
+crate::backend_tests!(
+    low_precision_products_accumulate_in_f32,
+    f32_products_keep_f32_or_tf32_precision
+);
