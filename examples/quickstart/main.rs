@@ -22,6 +22,7 @@
 mod baseline;
 mod dataset;
 mod model;
+mod optimizer;
 mod plain_loop;
 mod profiling;
 
@@ -31,7 +32,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
-use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
 use kiln_ml::backend::BackendTask;
@@ -46,6 +46,7 @@ use kiln_ml::train::{
 };
 
 use crate::model::{Forecaster, MODES, PlayerBatch, PlayerBatcher};
+use crate::optimizer::OptimizerKind;
 
 /// Train a multi-modal trajectory forecaster on generated football data with every kiln crate:
 /// Parquet blocks, a fingerprinted preprocessing cache, block-shuffle plans, a prefetching
@@ -71,6 +72,11 @@ struct Args {
     /// Players per batch.
     #[arg(long, default_value_t = 128)]
     batch: u64,
+    /// Players per validation batch: validation keeps no activations for a backward pass, so
+    /// its batches can be larger, and fewer batches launch fewer kernels (on a GPU, validation's
+    /// many small metric kernels are what its time goes to).
+    #[arg(long, default_value_t = 1024)]
+    valid_batch: u64,
     /// Width of the model's hidden layers.
     #[arg(long, default_value_t = 256)]
     width: usize,
@@ -107,6 +113,14 @@ struct Args {
     /// Train without the profiler (no phase timer, device monitor or cached-batch test).
     #[arg(long)]
     no_profile: bool,
+    /// Steps the host may queue ahead of the device before the trainer waits for it (the
+    /// trainer's `max_queued_steps`); 0 never waits.
+    #[arg(long, default_value_t = 2)]
+    max_queued_steps: u64,
+    /// The optimizer: Burn's `adam`, or kiln's `fused-adam` (the same arithmetic in a few
+    /// kernels per step); kiln's trainer only.
+    #[arg(long, default_value = "adam")]
+    optimizer: OptimizerKind,
 }
 
 /// Who runs the training loop.
@@ -263,7 +277,7 @@ impl BackendTask for Quickstart {
         )?;
         let valid_batches = valid_loader
             .plan_epoch(
-                &SequentialSampler::new(Sharding::new(args.batch, RemainderPolicy::Uneven)),
+                &SequentialSampler::new(Sharding::new(args.valid_batch, RemainderPolicy::Uneven)),
                 &PlanRequest::new(args.seed, 0),
             )?
             .collect::<Result<Vec<_>, _>>()?;
@@ -291,6 +305,7 @@ impl BackendTask for Quickstart {
             .with_precision(args.precision)
             .with_num_epochs(args.epochs)
             .with_seed(args.seed)
+            .with_max_queued_steps(args.max_queued_steps)
             .with_clipping(Some(GradientClipping::Norm { max_norm: 10.0 }));
         if let Some(dir) = &args.checkpoint_dir {
             config = config.with_checkpoint(Some(CheckpointConfig::new(dir)));
@@ -319,7 +334,7 @@ impl BackendTask for Quickstart {
                 steps_per_epoch,
             });
         }
-        let mut trainer = config.init(model, AdamConfig::new().init(), scheduler, device)?;
+        let mut trainer = config.init(model, args.optimizer.init(), scheduler, device)?;
         if let Some(dir) = &args.checkpoint_dir
             && let Some(latest) = latest_checkpoint(dir)?
         {
@@ -457,8 +472,8 @@ fn prepare_data(args: &Args, root: &Path) -> anyhow::Result<(PathBuf, PathBuf)> 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(
-        args.files > 0 && args.batch > 0,
-        "--files and --batch must be at least 1"
+        args.files > 0 && args.batch > 0 && args.valid_batch > 0,
+        "--files, --batch and --valid-batch must be at least 1"
     );
     ensure!(
         args.players >= u64::from(args.files) && args.players >= args.batch,
@@ -472,6 +487,10 @@ fn main() -> anyhow::Result<()> {
         "--valid-players must be at least 4"
     );
     ensure!(
+        args.trainer == TrainerKind::Kiln || args.optimizer == OptimizerKind::Adam,
+        "--trainer plain-burn uses Burn's Adam (--optimizer fused-adam is kiln-ml-train's)"
+    );
+    ensure!(
         args.trainer == TrainerKind::Kiln || args.precision == Precision::F32,
         "--trainer plain-burn trains in f32 only (mixed precision by hand is kiln-ml-train's job)"
     );
@@ -481,7 +500,11 @@ fn main() -> anyhow::Result<()> {
         println!("kernels   {tuning}");
     }
     println!("precision {}", args.precision);
-    println!("trainer   {}", args.trainer.name());
+    println!(
+        "trainer   {} ({})",
+        args.trainer.name(),
+        args.optimizer.name()
+    );
 
     let temporary = tempfile::tempdir()?;
     let root = args
@@ -575,6 +598,7 @@ fn main() -> anyhow::Result<()> {
             "files": args.files,
             "epochs": args.epochs,
             "batch": args.batch,
+            "valid_batch": args.valid_batch,
             "min_ade": last.map(|f| f.min_ade),
             "min_fde": last.map(|f| f.min_fde),
             "miss_rate": last.map(|f| f.miss_rate),
@@ -585,6 +609,8 @@ fn main() -> anyhow::Result<()> {
             "seconds": seconds,
             "time_to_first_step_s": time_to_first_step.map(|first| first.as_secs_f64()),
             "trainer": args.trainer.name(),
+            "optimizer": args.optimizer.name(),
+            "max_queued_steps": args.max_queued_steps,
             "step_ms": step_ms,
             "kernel_cache": kiln_ml::backend::GpuTuning::applied().map(|tuning| tuning.cache_dir()),
             "epochs_run": figures,
