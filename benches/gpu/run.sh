@@ -14,10 +14,12 @@
 # Steps, in order of importance: doctor; the PyTorch peer (`torch_quickstart.py`, DataLoader);
 # the quickstart on CUDA in bf16 (cold caches: time to first step; left out with --cache), again
 # (warm), in f32 without the profiler, as a plain Burn loop (kiln's step against Burn's), with
-# kiln's FusedAdam and with no bound on the steps queued; the `cuda` trainer tests; the quickstart on Vulkan in f16; the PyTorch peer
-# with its tensors on the GPU; metrics_throughput, diagnose and find_batch_size on CUDA. While a step runs, a watcher writes every 10 s what its process is
-# doing (per-thread state, CPU time and kernel wait channel, GPU utilization, the last kernel
-# compiled): compiling and tuning tells itself apart from a stall.
+# kiln's FusedAdam and with no bound on the steps queued; the `cuda` trainer tests (one process
+# per module); the quickstart on Vulkan in f16 and the products test on that adapter; the
+# quickstart on CUDA in f16; the PyTorch peer with its tensors on the GPU; metrics_throughput,
+# diagnose and find_batch_size on CUDA. While a step runs, a watcher writes every 10 s what its
+# process is doing (per-thread state, CPU time and kernel wait channel, GPU utilization, the last
+# kernel compiled): compiling and tuning tells itself apart from a stall.
 #
 # Writes DIR/gpu.json (keys: device, time_to_first_step_s, kiln_step_ms, plain_burn_step_ms,
 # quickstart_min_ade, torch_min_ade, torch_seconds, cuda_tests_passed, cuda_tests_failed, null
@@ -37,7 +39,7 @@ while [ $# -gt 0 ]; do
     --python) PYTHON=$2; shift 2 ;;
     --only) ONLY=",$2,"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -237,8 +239,9 @@ else
   # failure's message is printed when it happens, not after the last test (which a deadline may
   # never reach).
   MODULES=$("$B/trainer" --list --ignored 2>/dev/null | sed -n 's/^\([a-z_]*\)::cuda::.*: test$/\1/p' | sort -u)
+  [ -n "$MODULES" ] || echo "-- cuda_tests: the trainer binary lists no cuda test (built without --features cuda?)"
   # Each module's output goes to logs/cuda_tests.MODULE.log, there even if the deadline cuts it.
-  (cd "$WORK/tests" && step cuda_tests 240 bash -c '
+  [ -n "$MODULES" ] && (cd "$WORK/tests" && step cuda_tests 240 bash -c '
     for module in '"$(echo $MODULES)"'; do
       "$0" --ignored --nocapture --test-threads 2 "$module::cuda::" >"$1/cuda_tests.$module.log" 2>&1 &
     done
@@ -248,11 +251,18 @@ else
     exit $failed' "$B/trainer" "$LOGS")
 fi
 
-# The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present).
+# The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present), and the products
+# test on that adapter: do f16 products accumulate in f32 there? (f16 lost accuracy through
+# Vulkan on the H200.)
 if [ "$DRY" = 0 ] || ldconfig -p | grep -q 'libvulkan\.so\.1'; then
   step quickstart_wgpu_f16 150 "$B/quickstart" --device wgpu --precision f16 --dir "$DATA" \
     "${SIZE[@]}" --json "$J/quickstart_wgpu_f16.json"
+  (cd "$WORK/tests" && KILN_REQUIRE_GPU=1 step wgpu_products 90 "$B/trainer" --nocapture \
+    products::wgpu::)
 fi
+# f16-mixed on CUDA: whether f16's loss is the format's or the Vulkan path's.
+step quickstart_f16 150 "$B/quickstart" --device "$GPU" --precision f16 --dir "$DATA" \
+  "${SIZE[@]}" --json "$J/quickstart_f16.json"
 if [ "$HAVE_TORCH" = 1 ]; then
   step torch_resident_bf16 90 "$PYTHON" benches/gpu/torch_quickstart.py --dir "$DATA" \
     --variant resident --precision bf16 "${TORCH_SIZE[@]}" --json "$J/torch_resident_bf16.json"
@@ -327,6 +337,7 @@ figures = {
     "min_ade_by_precision": {
         "f32": get("kiln_f32", "min_ade"),
         "bf16": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
+        "f16": get("quickstart_f16", "min_ade"),
         "f16_wgpu": get("quickstart_wgpu_f16", "min_ade"),
         "plain_burn_f32": get("plain_burn_f32", "min_ade"),
         "torch_bf16": get("torch_dataloader_bf16", "min_ade"),
@@ -335,6 +346,10 @@ figures = {
     "fused_adam_step_ms": get("kiln_f32_fused_adam", "step_ms"),
     "fused_adam_min_ade": get("kiln_f32_fused_adam", "min_ade"),
     "unbounded_queue_step_ms": get("kiln_f32_unbounded", "step_ms"),
+    "f16_skipped_steps": get("quickstart_f16", "skipped_steps"),
+    "wgpu_f16_skipped_steps": get("quickstart_wgpu_f16", "skipped_steps"),
+    "wgpu_f16_loss_scale": get("quickstart_wgpu_f16", "loss_scale"),
+    "wgpu_products": next((step["status"] for step in steps if step["step"] == "wgpu_products"), None),
     "steps": steps,
 }
 json.dump(figures, open(out, "w"), indent=2)

@@ -134,6 +134,7 @@ def parse_args():
     parser.add_argument("--dir", type=Path, required=True, help="the quickstart's --dir (train/ and valid/)")
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--valid-batch", type=int, default=1024, help="players per validation batch (the quickstart's default)")
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=42)
@@ -204,7 +205,9 @@ def main():
             generator=torch.Generator().manual_seed(args.seed),
             **loader_options,
         )
-        valid_loader = DataLoader(Players(*valid_np), shuffle=False, drop_last=False, **loader_options)
+        valid_loader = DataLoader(
+            Players(*valid_np), shuffle=False, drop_last=False, **{**loader_options, "batch_size": args.valid_batch}
+        )
 
         def to_device(loader):
             for history, future in loader:
@@ -222,8 +225,9 @@ def main():
                 yield train_t[0][index], train_t[1][index]
 
         def valid_batches():
-            for start in range(0, valid_players, args.batch):
-                yield valid_t[0][start : start + args.batch], valid_t[1][start : start + args.batch]
+            for start in range(0, valid_players, args.valid_batch):
+                end = start + args.valid_batch
+                yield valid_t[0][start:end], valid_t[1][start:end]
 
     def validate():
         model.eval()

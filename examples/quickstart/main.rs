@@ -113,10 +113,11 @@ struct Args {
     /// Train without the profiler (no phase timer, device monitor or cached-batch test).
     #[arg(long)]
     no_profile: bool,
-    /// Steps the host may queue ahead of the device before the trainer waits for it (the
-    /// trainer's `max_queued_steps`); 0 never waits.
-    #[arg(long, default_value_t = 2)]
-    max_queued_steps: u64,
+    /// Steps the host may queue ahead of the device before kiln's trainer waits for it (its
+    /// `max_queued_steps`, 2 unless given); 0 never waits. Kiln's trainer only: the plain Burn
+    /// loop never waits.
+    #[arg(long)]
+    max_queued_steps: Option<u64>,
     /// The optimizer: Burn's `adam`, or kiln's `fused-adam` (the same arithmetic in a few
     /// kernels per step); kiln's trainer only.
     #[arg(long, default_value = "adam")]
@@ -224,6 +225,11 @@ struct RunOutput {
     time_to_first_step: Option<Duration>,
     /// Whole batches per epoch.
     steps_per_epoch: u64,
+    /// Optimizer steps skipped for non-finite gradients (f16's loss scaler backing off); `None`
+    /// for the plain Burn loop.
+    skipped_steps: Option<u64>,
+    /// The loss scale at the end (f16-mixed only).
+    loss_scale: Option<f32>,
 }
 
 impl BackendTask for Quickstart {
@@ -305,10 +311,12 @@ impl BackendTask for Quickstart {
             .with_precision(args.precision)
             .with_num_epochs(args.epochs)
             .with_seed(args.seed)
-            .with_max_queued_steps(args.max_queued_steps)
             .with_clipping(Some(GradientClipping::Norm { max_norm: 10.0 }));
         if let Some(dir) = &args.checkpoint_dir {
             config = config.with_checkpoint(Some(CheckpointConfig::new(dir)));
+        }
+        if let Some(steps) = args.max_queued_steps {
+            config = config.with_max_queued_steps(steps);
         }
         B::seed(&device, args.seed);
         let model = Forecaster::<B>::new(args.width, &device);
@@ -332,6 +340,8 @@ impl BackendTask for Quickstart {
                 baseline,
                 time_to_first_step: run.time_to_first_step,
                 steps_per_epoch,
+                skipped_steps: None,
+                loss_scale: None,
             });
         }
         let mut trainer = config.init(model, args.optimizer.init(), scheduler, device)?;
@@ -379,6 +389,8 @@ impl BackendTask for Quickstart {
                 baseline,
                 time_to_first_step: summary.time_to_first_step,
                 steps_per_epoch,
+                skipped_steps: Some(summary.counters.skipped_steps),
+                loss_scale: trainer.loss_scaler().map(|scaler| scaler.scale()),
             });
         };
         profiler.training_done();
@@ -432,6 +444,8 @@ impl BackendTask for Quickstart {
             baseline,
             time_to_first_step: summary.time_to_first_step,
             steps_per_epoch,
+            skipped_steps: Some(summary.counters.skipped_steps),
+            loss_scale: trainer.loss_scaler().map(|scaler| scaler.scale()),
         })
     }
 }
@@ -487,6 +501,10 @@ fn main() -> anyhow::Result<()> {
         "--valid-players must be at least 4"
     );
     ensure!(
+        args.trainer == TrainerKind::Kiln || args.max_queued_steps.is_none(),
+        "--trainer plain-burn never waits for the device (--max-queued-steps is kiln-ml-train's)"
+    );
+    ensure!(
         args.trainer == TrainerKind::Kiln || args.optimizer == OptimizerKind::Adam,
         "--trainer plain-burn uses Burn's Adam (--optimizer fused-adam is kiln-ml-train's)"
     );
@@ -521,6 +539,8 @@ fn main() -> anyhow::Result<()> {
         baseline,
         time_to_first_step,
         steps_per_epoch,
+        skipped_steps,
+        loss_scale,
     } = selection.run(Quickstart {
         args: args.clone(),
         probe,
@@ -530,6 +550,13 @@ fn main() -> anyhow::Result<()> {
     })?;
     let seconds = started.elapsed().as_secs_f64();
     println!("done in {seconds:.1} s");
+    if let Some(skipped) = skipped_steps.filter(|skipped| *skipped > 0) {
+        println!(
+            "skipped   {skipped} optimizer steps with non-finite gradients (the loss scale backed \
+             off; now {})",
+            loss_scale.map_or_else(|| "-".to_owned(), |scale| scale.to_string())
+        );
+    }
     if let Some(first) = time_to_first_step {
         println!(
             "first step {:.2} s from the start of training to the end of its first step (kernel \
@@ -610,7 +637,13 @@ fn main() -> anyhow::Result<()> {
             "time_to_first_step_s": time_to_first_step.map(|first| first.as_secs_f64()),
             "trainer": args.trainer.name(),
             "optimizer": args.optimizer.name(),
-            "max_queued_steps": args.max_queued_steps,
+            // The bound kiln's trainer ran with; none for the plain loop.
+            "max_queued_steps": (args.trainer == TrainerKind::Kiln).then(|| {
+                args.max_queued_steps
+                    .unwrap_or(TrainerConfig::new().max_queued_steps)
+            }),
+            "skipped_steps": skipped_steps,
+            "loss_scale": loss_scale,
             "step_ms": step_ms,
             "kernel_cache": kiln_ml::backend::GpuTuning::applied().map(|tuning| tuning.cache_dir()),
             "epochs_run": figures,

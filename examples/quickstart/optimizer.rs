@@ -89,7 +89,17 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for QuickstartOpt
             (QuickstartOptimizer::Fused(fused), (_, Some(state))) => QuickstartOptimizer::Fused(
                 <FusedAdam<B> as Optimizer<M, B>>::load_record(fused, state),
             ),
-            (optimizer, _) => optimizer,
+            (optimizer, (adam, fused)) => {
+                if adam.is_some() || fused.is_some() {
+                    // The model and schedule resume; only the moments restart. Say so loudly.
+                    eprintln!(
+                        "warning   the checkpoint holds the other optimizer's state (it was \
+                         written with --optimizer {}): this run's moments start from zero",
+                        if adam.is_some() { "adam" } else { "fused-adam" }
+                    );
+                }
+                optimizer
+            }
         }
     }
 }

@@ -44,14 +44,15 @@ pub trait Observer: Send + Sync {
 }
 
 /// How a step's phases are timed, from cheapest to most accurate. Observers ask; the trainer
-/// syncs as much as the most demanding one asks.
+/// syncs as much as the most demanding one asks. (A timed validation pass is its own unit of
+/// device work: kiln's trainer syncs before and after it whatever the timing.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum Timing {
     /// No device sync: phases measure how long the host took to enqueue the work.
     #[default]
     Host,
-    /// One device sync at the end of the step (in its optimizer phase) and at the end of a
-    /// validation pass: their wall times are the device's, the split into phases the host's.
+    /// One device sync at the end of the step (in its optimizer phase): its wall time is the
+    /// device's, the split into phases the host's.
     Step,
     /// A device sync at the end of every phase: each phase measures its device work.
     Phases,

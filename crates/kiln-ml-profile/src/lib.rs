@@ -2,8 +2,9 @@
 //!
 //! - [`PhaseTimer`]: an [`Observer`](kiln_ml_core::Observer) of the trainer's events that totals
 //!   data wait, host-to-device, forward, backward, optimizer and the rest of each step, with
-//!   device syncs at every phase ([`TimingMode::Accurate`]) or once per step with an accurate
-//!   step every N ([`TimingMode::Cheap`]); a Lightning-style table, JSON and a Chrome trace.
+//!   device syncs at every phase ([`TimingMode::Accurate`]) or only in an accurate step every N
+//!   and at the end of the step before it ([`TimingMode::Cheap`]); a Lightning-style table,
+//!   JSON and a Chrome trace.
 //! - [`DeviceMonitor`]: a background thread sampling NVML (loaded at run time), Burn's
 //!   memory-pool statistics and the host's CPU and RAM; "unavailable, because ..." where a
 //!   source is missing.

@@ -14,9 +14,10 @@ use crate::{Error, Result};
 /// [`Observer::timing`] asks for that step, or [`Timing::Phases`] when
 /// [`sync_phase_timing`](crate::TrainerConfig::sync_phase_timing) is set. With
 /// [`Timing::Host`] the timings measure how long the host took to enqueue the work, and no sync
-/// is added; with [`Timing::Step`] only the optimizer phase syncs, once per step. A validation
-/// pass ends with a sync whenever it is timed: once per pass, and the metric's readback right
-/// after it would wait as long.
+/// is added; with [`Timing::Step`] only the optimizer phase syncs, once per step. A timed
+/// validation pass waits for the device before it starts (so steps still queued are not counted
+/// as validation) and syncs at its end: twice per pass, and its metric's readback would wait as
+/// long.
 #[derive(Default)]
 pub(crate) struct Observers {
     list: Vec<Box<dyn Observer>>,
@@ -81,6 +82,23 @@ impl Observers {
             step,
             at: Some(Instant::now()),
         }
+    }
+
+    /// Starts timing a phase that must not count work queued before it (a validation pass after
+    /// steps that did not sync): when the phase is timed, waits for the device first.
+    pub(crate) fn start_drained<B: Backend>(
+        &self,
+        phase: Phase,
+        step: u64,
+        device: &B::Device,
+    ) -> Result<PhaseStarted> {
+        if !self.list.is_empty() || self.force_sync {
+            B::sync(device).map_err(|error| Error::Device {
+                during: "the device sync before a timed phase",
+                message: format!("{error:?}"),
+            })?;
+        }
+        Ok(self.start(phase, step))
     }
 
     /// Whether the end of `phase` in step `step` syncs the device.

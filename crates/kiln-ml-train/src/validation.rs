@@ -48,9 +48,11 @@ where
             model = plan.cast(model, self.autocast.compute_dtype());
         }
         let limit = self.config.max_validation_batches.unwrap_or(u64::MAX);
-        let started = self
-            .observers
-            .start(Phase::Validation, self.counters.optimizer_steps);
+        let started = self.observers.start_drained::<B>(
+            Phase::Validation,
+            self.counters.optimizer_steps,
+            &self.device,
+        )?;
         for (index, batch) in (0..limit).zip(batches) {
             let output = model.step(batch, &self.autocast);
             metric

@@ -54,9 +54,9 @@ fn row_from(action: Action, tally: &Tally, estimated: bool) -> PhaseRow {
 }
 
 /// A phase's row: measured when every step was accurate; otherwise the accurate steps' share of
-/// their time outside the data wait, applied to the same time of all steps (measured exactly,
-/// since every step ends with a sync). Before any accurate step, the host's times, marked
-/// estimated.
+/// their time outside the data wait, applied to the same time of all steps (exact over each
+/// window of steps in cheap mode, whose step before the accurate one ends with a sync). Before
+/// any accurate step, the host's times, marked estimated.
 fn phase_row(state: &State, action: Action, estimated: bool) -> Option<PhaseRow> {
     let all = state.tallies.all.get(&action)?;
     if !estimated {

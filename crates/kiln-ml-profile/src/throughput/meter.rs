@@ -16,9 +16,9 @@ type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
 /// [`Throughput`] yourself there), FLOPs from a closure or a per-sample count, and validation
 /// time left out of the elapsed time (Lightning #21291). It asks for no device sync
 /// ([`Timing::Host`]): the time read after a step is the host's, ahead of the device by at most
-/// the work the trainer lets it queue (`max_queued_steps`, 2 steps by default), a few steps'
-/// worth over the meter's window, and exact at every step another observer (the
-/// [`PhaseTimer`](crate::PhaseTimer)) or the trainer syncs.
+/// the work the trainer lets it queue (`max_queued_steps`: 2 steps by default, unbounded with
+/// 0), a few steps' worth over the meter's window, and exact at every step another observer
+/// (the [`PhaseTimer`](crate::PhaseTimer)) or the trainer syncs.
 ///
 /// ```
 /// use kiln_ml_core::{Event, Observer, StepOutcome, StepReport};

@@ -241,7 +241,11 @@ fn a_replica_with_an_empty_last_window_steps_with_the_others<B: AutodiffBackend>
             Ok(params(trainer.model()))
         })
         .unwrap();
-    assert_eq!(replicas[0], replicas[1]);
+    let spread = max_abs_diff(&replicas[0], &replicas[1]);
+    assert!(
+        spread <= replica_spread::<B>(&device),
+        "replicas differ by {spread}"
+    );
     let diff = max_abs_diff(&params(single.model()), &replicas[0]);
     let tolerance = f32_tolerance::<B>(&device);
     assert!(

@@ -108,8 +108,15 @@ fn f32_products_keep_f32_or_tf32_precision<B: AutodiffBackend>(device: B::Device
             worst = worst.max((f64::from(product[i * ROWS + j]) - exact).abs() / scale);
         }
     }
-    // f32: a few units of 2^-24 per term; TF32 rounds each input to 2^-11.
-    let bound = if tf32 { 2e-3 } else { 1e-5 };
+    // Only CUDA's tensor-core kernels round to TF32: elsewhere a regression, not a backend.
+    assert!(
+        !tf32 || B::name(&device).contains("cuda"),
+        "f32 products round to TF32 on {}",
+        B::name(&device)
+    );
+    // f32: a few units of 2^-24 over the terms (under 1e-7 measured); TF32 rounds each input to
+    // 2^-11, which these terms' random signs average down (2.8e-5 measured on an H200).
+    let bound = if tf32 { 2e-4 } else { 1e-6 };
     println!(
         "f32 products: {} inputs, error {worst:.1e} of the sum of absolute terms",
         if tf32 { "TF32" } else { "f32" }
