@@ -73,7 +73,7 @@ if [ "$DRY" = 0 ]; then
   for deb in "$BIN"/*.deb; do
     [ -f "$deb" ] || continue
     library=$(basename "$deb" | cut -d_ -f1)
-    ldconfig -p | grep -q "^\s*${library%[0-9]}" || dpkg -x "$deb" /
+    ldconfig -p | grep "^\s*${library%[0-9]}" >/dev/null || dpkg -x "$deb" /
   done
   ldconfig
   for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json \
@@ -254,7 +254,9 @@ fi
 # The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present), and the products
 # test on that adapter: do f16 products accumulate in f32 there? (f16 lost accuracy through
 # Vulkan on the H200.)
-if [ "$DRY" = 0 ] || ldconfig -p | grep -q 'libvulkan\.so\.1'; then
+# (grep reads all of ldconfig's output: with pipefail, `grep -q` could end the pipe early and
+# make ldconfig fail with SIGPIPE.)
+if [ "$DRY" = 0 ] || ldconfig -p | grep 'libvulkan\.so\.1' >/dev/null; then
   step quickstart_wgpu_f16 150 "$B/quickstart" --device wgpu --precision f16 --dir "$DATA" \
     "${SIZE[@]}" --json "$J/quickstart_wgpu_f16.json"
   (cd "$WORK/tests" && KILN_REQUIRE_GPU=1 step wgpu_products 90 "$B/trainer" --nocapture \
