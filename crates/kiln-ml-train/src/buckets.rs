@@ -3,8 +3,9 @@
 
 use std::ops::Range;
 
+use burn::module::{ModuleMapper, Param};
 use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 
 /// Elements per bucket (128 MiB of f32): large enough that a step makes few calls, small enough
 /// that a bucket's extra copy stays modest.
@@ -55,6 +56,33 @@ pub(crate) fn split<B: Backend>(bucket: Tensor<B, 1>, sizes: &[usize]) -> Vec<Te
         vec![bucket]
     } else {
         bucket.split_with_sizes(sizes.to_vec(), 0)
+    }
+}
+
+/// Puts `pieces`, in visiting order, back into a module's float parameters, each reshaped to its
+/// parameter's shape and keeping whether it trains. With `trainable_only`, parameters that do
+/// not train are left as they are and take no piece (an optimizer's update); without, every
+/// float parameter takes one (a broadcast of the weights).
+pub(crate) struct ReplaceParams<B: AutodiffBackend> {
+    pub(crate) pieces: std::vec::IntoIter<Tensor<B::InnerBackend, 1>>,
+    pub(crate) trainable_only: bool,
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for ReplaceParams<B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|tensor| {
+            let trains = tensor.is_require_grad();
+            if self.trainable_only && !trains {
+                return tensor;
+            }
+            let piece = self
+                .pieces
+                .next()
+                .expect("one piece per replaced parameter, in visiting order");
+            let dims: [usize; D] = tensor.dims();
+            let value = Tensor::from_inner(piece.reshape(dims));
+            if trains { value.require_grad() } else { value }
+        })
     }
 }
 

@@ -123,10 +123,10 @@ where
         let Some(watch) = self.observers.take_first_step() else {
             return Ok(());
         };
-        B::sync(&self.device).map_err(|error| Error::Device {
-            during: "the device sync that ends the first step's timing",
-            message: format!("{error:?}"),
-        })?;
+        crate::observers::sync::<B>(
+            &self.device,
+            "the device sync that ends the first step's timing",
+        )?;
         let elapsed = watch.finish();
         self.time_to_first_step = Some(elapsed);
         self.observers.emit(&Event::FirstStep {

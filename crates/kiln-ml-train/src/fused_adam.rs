@@ -9,13 +9,13 @@
 //! Adam do. The arithmetic is Burn's, operation for operation, so the two agree to float
 //! rounding; the moments live as flat buckets and are saved in checkpoints as such.
 
-use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::record::Record;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 
-use crate::buckets::{bucket_ranges, concat, split};
+use crate::buckets::{ReplaceParams, bucket_ranges, concat, split};
 
 /// How [`FusedAdam`] decays the weights.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -244,8 +244,9 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Optimizer<M, B> for FusedAdam<B> 
             first,
             second,
         });
-        module.map(&mut Replace::<B> {
+        module.map(&mut ReplaceParams::<B> {
             pieces: pieces.into_iter(),
+            trainable_only: true,
         })
     }
 
@@ -372,27 +373,6 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
         self.params.push(value);
         self.grads_flat.push(grad);
         self.sizes.push(elements);
-    }
-}
-
-/// The trainable parameters replaced by the updated pieces, in visiting order.
-struct Replace<B: AutodiffBackend> {
-    pieces: std::vec::IntoIter<Tensor<B::InnerBackend, 1>>,
-}
-
-impl<B: AutodiffBackend> ModuleMapper<B> for Replace<B> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        param.map(|tensor| {
-            if !tensor.is_require_grad() {
-                return tensor;
-            }
-            let piece = self
-                .pieces
-                .next()
-                .expect("one updated piece per trainable parameter, in visiting order");
-            let dims: [usize; D] = tensor.dims();
-            Tensor::from_inner(piece.reshape(dims)).require_grad()
-        })
     }
 }
 

@@ -6,12 +6,12 @@
 //! replica with no gradient for a parameter (an empty window, an unused branch) contributes
 //! zeros, so every replica sends the same shapes in the same order.
 
-use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 
-use crate::buckets::{buckets, split};
+use crate::buckets::{ReplaceParams, buckets, split};
 use crate::collective::Collective;
 
 /// A window's gradients and statistics after the all-reduce: sums over every replica.
@@ -116,6 +116,7 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     }
     let mut replace = ReplaceParams::<B> {
         pieces: received.into_iter(),
+        trainable_only: false,
     };
     Ok(module.map(&mut replace))
 }
@@ -172,27 +173,5 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for FlattenParams<B> {
         let value = param.val().inner();
         let elements = value.shape().num_elements();
         self.pieces.push(value.reshape([elements]));
-    }
-}
-
-struct ReplaceParams<B: AutodiffBackend> {
-    pieces: std::vec::IntoIter<Tensor<B::InnerBackend, 1>>,
-}
-
-impl<B: AutodiffBackend> ModuleMapper<B> for ReplaceParams<B> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let piece = self
-            .pieces
-            .next()
-            .expect("one broadcast piece per float parameter, in the same order");
-        param.map(|tensor| {
-            let dims: [usize; D] = tensor.dims();
-            let value = Tensor::from_inner(piece.reshape(dims));
-            if tensor.is_require_grad() {
-                value.require_grad()
-            } else {
-                value
-            }
-        })
     }
 }

@@ -93,10 +93,7 @@ impl Observers {
         device: &B::Device,
     ) -> Result<PhaseStarted> {
         if !self.list.is_empty() || self.force_sync {
-            B::sync(device).map_err(|error| Error::Device {
-                during: "the device sync before a timed phase",
-                message: format!("{error:?}"),
-            })?;
+            sync::<B>(device, "the device sync before a timed phase")?;
         }
         Ok(self.start(phase, step))
     }
@@ -121,10 +118,7 @@ impl Observers {
         };
         let sync = if self.syncs(started.phase, started.step) {
             let sync_started = Instant::now();
-            B::sync(device).map_err(|error| Error::Device {
-                during: "the phase-timing device sync",
-                message: format!("{error:?}"),
-            })?;
+            sync::<B>(device, "the phase-timing device sync")?;
             Some(sync_started.elapsed())
         } else {
             None
@@ -138,4 +132,12 @@ impl Observers {
         });
         Ok(())
     }
+}
+
+/// Waits for `device`'s queued work, naming what the wait was for when it fails.
+pub(crate) fn sync<B: Backend>(device: &B::Device, during: &'static str) -> Result<()> {
+    B::sync(device).map_err(|error| Error::Device {
+        during,
+        message: format!("{error:?}"),
+    })
 }

@@ -258,10 +258,7 @@ where
         }
         self.queued_steps = 0;
         self.counters.device_waits += 1;
-        B::sync(&self.device).map_err(|error| Error::Device {
-            during: "the run-ahead bound's device sync",
-            message: format!("{error:?}"),
-        })
+        crate::observers::sync::<B>(&self.device, "the run-ahead bound's device sync")
     }
 }
 

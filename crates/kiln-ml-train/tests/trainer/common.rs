@@ -34,6 +34,26 @@ pub fn sgd_trainer<B: AutodiffBackend>(
         .unwrap()
 }
 
+/// Fits `trainer` on `batches` (one epoch), checks that it made `steps` optimizer steps and
+/// skipped none, and returns its parameters.
+pub fn fitted_params<B, O, S>(
+    mut trainer: kiln_ml_train::Trainer<B, Mlp<B>, O, S>,
+    batches: Vec<Batch<B>>,
+    steps: u64,
+) -> Vec<f32>
+where
+    B: AutodiffBackend,
+    O: burn::optim::Optimizer<Mlp<B>, B>,
+    S: burn::lr_scheduler::LrScheduler,
+{
+    let summary = trainer
+        .fit(|position| plain(batches.clone(), position))
+        .unwrap();
+    assert_eq!(summary.counters.optimizer_steps, steps);
+    assert_eq!(summary.counters.skipped_steps, 0);
+    params(trainer.model())
+}
+
 /// Rows of a fixed noisy linear teacher: `y = w . x + 0.5 + noise`.
 pub fn rows(count: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
     kiln_ml_testkit::teacher_rows(count, seed)

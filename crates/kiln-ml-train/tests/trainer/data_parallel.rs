@@ -80,16 +80,11 @@ fn single_and_parallel<B: AutodiffBackend>(
     device: B::Device,
     precision: Precision,
 ) -> (Vec<f32>, Vec<Vec<f32>>) {
-    let single = {
-        let mut trainer = sgd_trainer::<B>(&device, 0.1, config(precision));
-        let batches = shard_batches::<B>(0, ROWS_PER_REPLICA * REPLICAS, &device);
-        let summary = trainer
-            .fit(|position| plain(batches.clone(), position))
-            .unwrap();
-        assert_eq!(summary.counters.optimizer_steps, STEPS as u64);
-        assert_eq!(summary.counters.skipped_steps, 0);
-        params(trainer.model())
-    };
+    let single = fitted_params(
+        sgd_trainer::<B>(&device, 0.1, config(precision)),
+        shard_batches::<B>(0, ROWS_PER_REPLICA * REPLICAS, &device),
+        STEPS as u64,
+    );
     let replicas = DataParallel::local()
         .run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
             // Rank 1 starts from other weights: joining gives it rank 0's.

@@ -45,7 +45,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
     precision: Precision,
     optimizer: O,
 ) -> Vec<f32> {
-    let mut trainer = config(precision)
+    let trainer = config(precision)
         .init(
             deep_model::<B>(device),
             optimizer,
@@ -53,13 +53,7 @@ fn train<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
             device.clone(),
         )
         .unwrap();
-    let data = batches::<B>(STEPS, BATCH, 7, device);
-    let summary = trainer
-        .fit(|position| plain(data.clone(), position))
-        .unwrap();
-    assert_eq!(summary.counters.optimizer_steps, STEPS as u64);
-    assert_eq!(summary.counters.skipped_steps, 0);
-    params(trainer.model())
+    fitted_params(trainer, batches::<B>(STEPS, BATCH, 7, device), STEPS as u64)
 }
 
 fn fused_adam_follows_burns_adam_and_adamw<B: AutodiffBackend>(device: B::Device) {
