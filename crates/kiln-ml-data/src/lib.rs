@@ -90,7 +90,7 @@ pub use columnar::{
 pub use error::{Error, Result};
 pub use load::{
     BurnCollate, Collate, CollateFn, Epoch, Loader, LoaderConfig, LoaderResidency, NoCollate,
-    collate_fn,
+    Staged, TensorCreation, collate_fn,
 };
 pub use parquet_source::{
     ArrowRow, ArrowRows, DecodeError, FnDecoder, ParquetSource, ParquetSourceBuilder, RetryPolicy,

@@ -657,6 +657,67 @@ fn any_burn_batcher_collates_on_wgpu() {
     }
 }
 
+/// Batches whose reads the consuming thread queues without waiting, as a training step does,
+/// keep their own values: Burn 0.21's fusion frees a tensor made on another thread too early
+/// (the worker's next upload takes its memory), so with fusion `TensorCreation::Auto` runs the
+/// batcher on the consuming thread. With `OnWorkers` lavapipe read a third of such f16 batches
+/// wrong (docs/performance.md, "f16-mixed through wgpu: batches from other threads").
+#[cfg(feature = "wgpu")]
+#[test]
+fn lazily_consumed_burn_batches_keep_their_values_on_wgpu() {
+    use burn::tensor::FloatDType;
+    use kiln_ml_data::TensorCreation;
+    type B = burn::backend::Wgpu;
+    let Some(device) = kiln_ml_testkit::wgpu_device() else {
+        return;
+    };
+    assert!(TensorCreation::Auto.on_consumer::<B>(&device));
+    let data = tempfile::tempdir().unwrap();
+    write_dataset(data.path(), &[1500, 1500], 100);
+    for creation in [TensorCreation::Auto, TensorCreation::OnConsumer] {
+        let source = ParquetSource::builder()
+            .dir(data.path())
+            .build_with(pair_decoder())
+            .unwrap();
+        let collate = BurnCollate::<B, _, Tensor<B, 1>>::new(XBatcher, device.clone())
+            .with_tensor_creation(creation);
+        let loader = Loader::new(source, collate, LoaderConfig::new().with_workers(2)).unwrap();
+        let plan = InOrderSampler::new(25)
+            .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
+            .unwrap();
+        // Queue f16 work on every batch and read the results only at the end.
+        let results: Vec<Tensor<B, 1>> = loader
+            .epoch(plan)
+            .unwrap()
+            .map(|batch| {
+                batch
+                    .unwrap()
+                    .cast(FloatDType::F16)
+                    .mul_scalar(2.0)
+                    .cast(FloatDType::F32)
+            })
+            .collect();
+        let wrong: Vec<usize> = results
+            .into_iter()
+            .enumerate()
+            .filter(|(index, result)| {
+                let values = result.to_data().to_vec::<f32>().unwrap();
+                // x = id / 2, so 2x is the id, to within f16's rounding (1 above 2048).
+                values
+                    .iter()
+                    .enumerate()
+                    .any(|(row, got)| (got - (index * 25 + row) as f32).abs() > 1.0)
+            })
+            .map(|(index, _)| index)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{creation:?}: {} of 120 batches read other values: {wrong:?}",
+            wrong.len()
+        );
+    }
+}
+
 /// Builds `[rows, 1]` tensors of `x` straight from a batch's columns, and keeps its ids.
 struct XColumns;
 

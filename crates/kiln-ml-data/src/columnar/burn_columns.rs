@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Int64Type};
@@ -10,7 +11,7 @@ use arrow_schema::DataType;
 use burn::tensor::backend::Backend;
 
 use super::collate::gather;
-use crate::{ArrowRow, Collate, DecodeError, required_values};
+use crate::{ArrowRow, Collate, DecodeError, Staged, TensorCreation, required_values};
 
 /// Builds a batch (tensors on a device) from its columns: the columnar counterpart of Burn's
 /// `Batcher`, used through [`BurnColumnar`].
@@ -42,22 +43,31 @@ pub trait ColumnBatcher<B: Backend, O>: Send + Sync {
 }
 
 /// Collates [`ArrowRow`]s with a [`ColumnBatcher`] on a device: the rows are gathered column by
-/// column (as [`columnar_fn`](crate::columnar_fn) does) and the batcher builds tensors from the
-/// columns, on the loader's worker threads.
+/// column (as [`columnar_fn`](crate::columnar_fn) does) on the loader's worker threads, and the
+/// batcher builds tensors from the columns there too or, with a fusion backend, on the thread
+/// that takes the batch ([`TensorCreation`]).
 pub struct BurnColumnar<B: Backend, T, O> {
-    batcher: T,
+    batcher: Arc<T>,
     device: B::Device,
+    creation: TensorCreation,
     output: PhantomData<fn() -> O>,
 }
 
 impl<B: Backend, T, O> BurnColumnar<B, T, O> {
-    /// Collates with `batcher`, creating batches on `device`.
+    /// Collates with `batcher`, creating batches on `device` ([`TensorCreation::Auto`]).
     pub fn new(batcher: T, device: B::Device) -> Self {
         Self {
-            batcher,
+            batcher: Arc::new(batcher),
             device,
+            creation: TensorCreation::Auto,
             output: PhantomData,
         }
+    }
+
+    /// Runs the batcher on the thread `creation` says (the gathering stays on the workers).
+    pub fn with_tensor_creation(mut self, creation: TensorCreation) -> Self {
+        self.creation = creation;
+        self
     }
 
     /// The device batches are created on.
@@ -70,6 +80,7 @@ impl<B: Backend, T, O> fmt::Debug for BurnColumnar<B, T, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BurnColumnar")
             .field("device", &self.device)
+            .field("creation", &self.creation)
             .finish_non_exhaustive()
     }
 }
@@ -77,12 +88,22 @@ impl<B: Backend, T, O> fmt::Debug for BurnColumnar<B, T, O> {
 impl<B, T, O> Collate<ArrowRow> for BurnColumnar<B, T, O>
 where
     B: Backend,
-    T: ColumnBatcher<B, O>,
-    O: Send,
+    T: ColumnBatcher<B, O> + 'static,
+    O: Send + 'static,
 {
     type Output = O;
     fn collate(&self, rows: Vec<ArrowRow>) -> O {
         self.batcher.batch(gather(&rows), &self.device)
+    }
+
+    fn stage(&self, rows: Vec<ArrowRow>) -> Staged<O> {
+        if !self.creation.on_consumer::<B>(&self.device) {
+            return Staged::ready(self.collate(rows));
+        }
+        let columns = gather(&rows);
+        let batcher = Arc::clone(&self.batcher);
+        let device = self.device.clone();
+        Staged::on_consumer(move || batcher.batch(columns, &device))
     }
 }
 

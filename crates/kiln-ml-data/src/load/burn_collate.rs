@@ -2,14 +2,19 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::Backend;
 
 use super::collate::Collate;
+use super::staged::Staged;
+use super::tensor_creation::TensorCreation;
 
-/// Collates with a Burn [`Batcher`] on a device: `batcher.batch(items, &device)` on the
-/// loader's worker threads, as Burn's own multi-threaded data loader does.
+/// Collates with a Burn [`Batcher`] on a device: `batcher.batch(items, &device)`, on the
+/// loader's worker threads (as Burn's own multi-threaded data loader does) or, with a fusion
+/// backend, on the thread that takes the batch, where Burn 0.21 needs its tensors made
+/// ([`TensorCreation`]).
 ///
 /// ```
 /// use burn::backend::Flex;
@@ -34,30 +39,48 @@ use super::collate::Collate;
 /// assert_eq!(batch.dims(), [2, 2]);
 /// ```
 pub struct BurnCollate<B: Backend, T, O> {
-    batcher: T,
+    batcher: Arc<T>,
     device: B::Device,
+    creation: TensorCreation,
     output: PhantomData<fn() -> O>,
 }
 
 impl<B: Backend, T, O> BurnCollate<B, T, O> {
-    /// Collates with `batcher`, creating batches on `device`.
+    /// Collates with `batcher`, creating batches on `device` ([`TensorCreation::Auto`]).
     pub fn new(batcher: T, device: B::Device) -> Self {
         Self {
-            batcher,
+            batcher: Arc::new(batcher),
             device,
+            creation: TensorCreation::Auto,
             output: PhantomData,
         }
+    }
+
+    /// Runs the batcher on the thread `creation` says.
+    pub fn with_tensor_creation(mut self, creation: TensorCreation) -> Self {
+        self.creation = creation;
+        self
     }
 
     /// The device batches are created on.
     pub fn device(&self) -> &B::Device {
         &self.device
     }
+
+    /// Which thread runs the batcher.
+    pub fn tensor_creation(&self) -> TensorCreation {
+        self.creation
+    }
 }
 
-impl<B: Backend, T: Clone, O> Clone for BurnCollate<B, T, O> {
+impl<B: Backend, T, O> Clone for BurnCollate<B, T, O> {
     fn clone(&self) -> Self {
-        Self::new(self.batcher.clone(), self.device.clone())
+        Self {
+            batcher: Arc::clone(&self.batcher),
+            device: self.device.clone(),
+            creation: self.creation,
+            output: PhantomData,
+        }
     }
 }
 
@@ -65,6 +88,7 @@ impl<B: Backend, T, O> fmt::Debug for BurnCollate<B, T, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BurnCollate")
             .field("device", &self.device)
+            .field("creation", &self.creation)
             .finish_non_exhaustive()
     }
 }
@@ -72,11 +96,21 @@ impl<B: Backend, T, O> fmt::Debug for BurnCollate<B, T, O> {
 impl<B, T, I, O> Collate<I> for BurnCollate<B, T, O>
 where
     B: Backend,
-    T: Batcher<B, I, O>,
-    O: Send,
+    T: Batcher<B, I, O> + 'static,
+    I: Send + 'static,
+    O: Send + 'static,
 {
     type Output = O;
     fn collate(&self, items: Vec<I>) -> O {
         self.batcher.batch(items, &self.device)
+    }
+
+    fn stage(&self, items: Vec<I>) -> Staged<O> {
+        if !self.creation.on_consumer::<B>(&self.device) {
+            return Staged::ready(self.collate(items));
+        }
+        let batcher = Arc::clone(&self.batcher);
+        let device = self.device.clone();
+        Staged::on_consumer(move || batcher.batch(items, &device))
     }
 }

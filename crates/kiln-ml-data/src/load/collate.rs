@@ -3,17 +3,28 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::staged::Staged;
+
 /// Turns the samples of one batch, in plan order, into a batch.
 ///
-/// Collation runs on the loader's worker threads, so it can be as heavy as building device
-/// tensors. Use [`collate_fn`] for a closure, [`BurnCollate`](crate::BurnCollate) for any Burn
-/// `Batcher`, or [`NoCollate`] to get the samples back as a `Vec`.
+/// The loader calls [`stage`](Self::stage) on its worker threads, and finishes what it returns
+/// on the thread that takes the batch. Use [`collate_fn`] for a closure,
+/// [`BurnCollate`](crate::BurnCollate) for any Burn `Batcher`, or [`NoCollate`] to get the
+/// samples back as a `Vec`.
 pub trait Collate<I>: Send + Sync {
     /// The batch.
     type Output: Send;
 
     /// Builds a batch from its samples.
     fn collate(&self, items: Vec<I>) -> Self::Output;
+
+    /// Builds a batch on a loader worker, or leaves its last part to the consuming thread (as
+    /// the Burn collations do with device tensors on fusion backends: see
+    /// [`TensorCreation`](crate::TensorCreation)). By default the whole [`collate`](Self::collate)
+    /// runs on the worker.
+    fn stage(&self, items: Vec<I>) -> Staged<Self::Output> {
+        Staged::ready(self.collate(items))
+    }
 }
 
 impl<I, T: Collate<I> + ?Sized> Collate<I> for Box<T> {
@@ -21,12 +32,18 @@ impl<I, T: Collate<I> + ?Sized> Collate<I> for Box<T> {
     fn collate(&self, items: Vec<I>) -> Self::Output {
         (**self).collate(items)
     }
+    fn stage(&self, items: Vec<I>) -> Staged<Self::Output> {
+        (**self).stage(items)
+    }
 }
 
 impl<I, T: Collate<I> + ?Sized> Collate<I> for Arc<T> {
     type Output = T::Output;
     fn collate(&self, items: Vec<I>) -> Self::Output {
         (**self).collate(items)
+    }
+    fn stage(&self, items: Vec<I>) -> Staged<Self::Output> {
+        (**self).stage(items)
     }
 }
 

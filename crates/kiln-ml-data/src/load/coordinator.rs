@@ -412,7 +412,7 @@ where
                         reply.abandon();
                         continue;
                     }
-                    reply.answer(|| Ok(collate.collate(samples)));
+                    reply.answer(|| Ok(collate.stage(samples)));
                 }
             });
             if urgent {

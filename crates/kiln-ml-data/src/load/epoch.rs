@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -11,7 +12,9 @@ use crossbeam_channel::{Receiver, Sender};
 use kiln_ml_core::{Event, Fingerprint, Observer, Plan, Position, PositionedBatches, ResumePoint};
 
 use super::parts::{Delivery, EpochParts, Launch, Start};
+use super::reply::Task;
 use super::schedule::EpochSchedule;
+use super::staged::Staged;
 use crate::{Error, Result};
 
 /// One epoch of batches, in plan order: an iterator of `Result<batch>`.
@@ -29,7 +32,7 @@ pub struct Epoch<'loader, O> {
     /// The stream's identity, when the epoch was planned by the loader from a sampler.
     data_key: Option<Fingerprint>,
     finished: bool,
-    pending: BTreeMap<u64, Result<O>>,
+    pending: BTreeMap<u64, Result<Staged<O>>>,
     output: Receiver<Delivery<O>>,
     credits: Option<Sender<u64>>,
     credit_every: u64,
@@ -188,7 +191,18 @@ impl<'loader, O> Epoch<'loader, O> {
     }
 
     /// Blocks until batch `delivered_batches` is available.
-    fn wait_for_next(&mut self) -> Result<O> {
+    /// Finishes a batch whose last part was left to this thread; a panic there ends the epoch
+    /// with the same error as one on a worker.
+    fn finish(&self, staged: Staged<O>) -> Result<O> {
+        if staged.is_ready() {
+            return Ok(staged.finish());
+        }
+        let batch = self.schedule.first_batch + self.delivered_batches;
+        catch_unwind(AssertUnwindSafe(|| staged.finish()))
+            .map_err(|payload| Error::panicked(Task::Collate { batch }.to_string(), payload))
+    }
+
+    fn wait_for_next(&mut self) -> Result<Staged<O>> {
         let wanted = self.delivered_batches;
         loop {
             if let Some(result) = self.pending.remove(&wanted) {
@@ -218,7 +232,8 @@ impl<O> Iterator for Epoch<'_, O> {
             return None;
         }
         let started = Instant::now();
-        let result = self.wait_for_next();
+        let result = self.wait_for_next().and_then(|staged| self.finish(staged));
+        // Finishing on this thread (device tensors on a fusion backend) is input time too.
         let wait = started.elapsed();
         let batch = match result {
             Ok(batch) => batch,

@@ -12,6 +12,8 @@ mod pool;
 mod reply;
 mod residency;
 mod schedule;
+mod staged;
+mod tensor_creation;
 
 pub use burn_collate::BurnCollate;
 pub use collate::{Collate, CollateFn, NoCollate, collate_fn};
@@ -19,3 +21,5 @@ pub use config::LoaderConfig;
 pub use epoch::Epoch;
 pub use loader::Loader;
 pub use residency::LoaderResidency;
+pub use staged::Staged;
+pub use tensor_creation::TensorCreation;

@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 use kiln_ml_core::{Observer, Plan};
 
 use super::schedule::EpochSchedule;
+use super::staged::Staged;
 use crate::Result;
 
 /// Whether the consumer waits for an epoch's first batch from the moment it starts.
@@ -24,8 +25,9 @@ pub(crate) enum Start {
     InBackground,
 }
 
-/// A batch (by index within the epoch) or the error that ends the epoch at that batch.
-pub(crate) type Delivery<O> = (u64, Result<O>);
+/// A batch (by index within the epoch), perhaps left for the consumer to finish, or the error
+/// that ends the epoch at that batch.
+pub(crate) type Delivery<O> = (u64, Result<Staged<O>>);
 
 /// Starts epochs whose batches are `O`, whatever the source and collation behind them.
 pub(crate) trait Launch<O>: Send + Sync {
