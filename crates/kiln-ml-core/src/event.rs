@@ -162,4 +162,23 @@ pub enum Event {
         /// device synced.
         elapsed: Duration,
     },
+    /// A named figure of the run (a validation metric, for example `valid/min_ade`), logged
+    /// by the training code through the trainer; loggers record it and callbacks act on it.
+    Metric {
+        /// The name, `group/figure` by convention (`valid/min_ade`, `valid/loss`).
+        name: String,
+        /// The value.
+        value: f64,
+        /// The epoch it belongs to.
+        epoch: u64,
+        /// Optimizer steps run when it was logged.
+        step: u64,
+    },
+    /// A checkpoint was written.
+    CheckpointSaved {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Optimizer steps the checkpoint holds.
+        step: u64,
+    },
 }

@@ -110,7 +110,12 @@ where
                 (OPTIMIZER, &optimizer),
                 (SCHEDULER, &scheduler),
             ],
-        )
+        )?;
+        self.observers.emit(&kiln_ml_core::Event::CheckpointSaved {
+            path: path.to_path_buf(),
+            step: self.counters.optimizer_steps,
+        });
+        Ok(())
     }
 
     /// Restores a run from `path` and returns the data position to continue from.

@@ -54,6 +54,9 @@ pub struct FitSummary {
     pub last_loss: Option<f64>,
     /// Whether `fit` stopped at [`max_steps`](crate::TrainerConfig::max_steps).
     pub reached_max_steps: bool,
+    /// The epoch after which a [`Callback`](crate::Callback) (such as
+    /// [`EarlyStopping`](crate::EarlyStopping)) stopped training, if one did.
+    pub stopped_early: Option<u64>,
     /// Time from the call of `fit` to the end of its first optimizer step (the device synced),
     /// when one ran: on a GPU backend, mostly kernel compilation and autotuning.
     pub time_to_first_step: Option<std::time::Duration>,

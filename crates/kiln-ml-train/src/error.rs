@@ -189,6 +189,30 @@ pub enum Error {
         /// The metric's error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A callback monitors a metric that the epoch did not log.
+    #[error(
+        "{callback} monitors `{metric}`, which epoch {epoch} did not log (logged: {logged}); log it with `Trainer::log_metric` in the end-of-epoch callback of `fit_with`"
+    )]
+    MissingMetric {
+        /// The callback.
+        callback: &'static str,
+        /// The metric it monitors.
+        metric: String,
+        /// The epoch.
+        epoch: u64,
+        /// The names the epoch logged, comma-separated (`none` when none).
+        logged: String,
+    },
+    /// A logger could not write its file.
+    #[error("logger {path}: {action} failed: {source}")]
+    LogIo {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// A checkpoint was requested while micro-batches of an optimizer step were still pending.
     #[error(
         "cannot checkpoint in the middle of optimizer step {step}: {pending} micro-batches are accumulated; checkpoint after the step completes"

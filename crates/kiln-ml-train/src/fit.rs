@@ -8,6 +8,7 @@ use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::{Event, Fingerprint, Phase, Position, PositionedBatches};
 
+use crate::callback::{CheckpointWriter, EpochContext};
 use crate::first_step::FirstStepWatch;
 use crate::{Error, FitSummary, Result, TrainStep, Trainer};
 
@@ -37,8 +38,13 @@ where
         self.fit_with(data, |_, _| Ok(()))
     }
 
-    /// [`fit`](Self::fit) with a callback after every epoch (validation, logging, early
-    /// stopping by returning an error), given the trainer and what the epoch did.
+    /// [`fit`](Self::fit) with a closure after every epoch (validation, logging), given the
+    /// trainer and what the epoch did. Metrics it logs with [`log_metric`](Self::log_metric)
+    /// go to the observers and to the [callbacks](Self::add_callback), which run after it and
+    /// can stop training ([`EarlyStopping`](crate::EarlyStopping)) or keep checkpoints of
+    /// their own ([`BestCheckpoints`](crate::BestCheckpoints)). An epoch a callback stops
+    /// after still writes its checkpoint, and the summary says
+    /// [`stopped_early`](FitSummary::stopped_early).
     ///
     /// The time from this call to the end of its first optimizer step is measured (the device
     /// synced once there) and reported in [`FitSummary::time_to_first_step`], to observers as
@@ -74,6 +80,7 @@ where
         F: FnMut(&mut Self, &EpochSummary) -> Result<()>,
     {
         let mut reached_max_steps = false;
+        let mut stopped_early = None;
         while self.epoch < self.config.num_epochs {
             let epoch = self.epoch;
             if self.max_steps_reached() {
@@ -103,7 +110,17 @@ where
             summary.elapsed = started.elapsed();
             // After the callback, so what it draws from the host RNG is in the checkpoint.
             on_epoch_end(self, &summary)?;
-            self.checkpoint_if_due(true)?;
+            let stop = self.run_callbacks(&summary)?;
+            // A stopped run writes its last checkpoint whatever the schedule.
+            if stop {
+                self.write_scheduled_checkpoint()?;
+            } else {
+                self.checkpoint_if_due(true)?;
+            }
+            if stop {
+                stopped_early = Some(epoch);
+                break;
+            }
         }
         // The one readback `fit` adds: the summary's loss, once per call.
         let last_loss = self.last_loss()?;
@@ -112,8 +129,35 @@ where
             position: self.position,
             last_loss,
             reached_max_steps,
+            stopped_early,
             time_to_first_step: self.time_to_first_step,
         })
+    }
+
+    /// Runs the callbacks on the epoch that just ended; returns whether one asked to stop.
+    /// Every callback runs (each keeps its own state), whatever an earlier one decided.
+    fn run_callbacks(&mut self, summary: &EpochSummary) -> Result<bool> {
+        let mut callbacks = std::mem::take(&mut self.callbacks);
+        let metrics = std::mem::take(&mut self.epoch_metrics);
+        let context = EpochContext {
+            summary,
+            metrics: &metrics,
+            step: self.counters.optimizer_steps,
+        };
+        let mut stop = false;
+        let mut result = Ok(());
+        for callback in &mut callbacks {
+            match callback.on_epoch_end(&context, self) {
+                Ok(decision) => stop |= decision.stop,
+                Err(error) => {
+                    result = Err(error);
+                    break;
+                }
+            }
+        }
+        self.callbacks = callbacks;
+        self.epoch_metrics = metrics;
+        result.map(|()| stop)
     }
 
     /// After an optimizer step of a `fit`: when it is the first (the watch still runs), waits
@@ -251,9 +295,21 @@ where
                     .optimizer_steps
                     .is_multiple_of(checkpoint.every_steps)
         };
+        if due {
+            self.write_scheduled_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint into the configured directory (when checkpoints are on) and prunes
+    /// the oldest past `keep_last`.
+    fn write_scheduled_checkpoint(&mut self) -> Result<()> {
+        let Some(checkpoint) = &self.config.checkpoint else {
+            return Ok(());
+        };
         // Replicas hold the same weights, optimizer and scaler: rank 0 alone writes them (its
         // running statistics and host RNG are its own).
-        if !due || !self.writes_checkpoints() {
+        if !self.writes_checkpoints() {
             return Ok(());
         }
         let directory = checkpoint.directory.clone();
@@ -263,6 +319,23 @@ where
         ));
         self.save_checkpoint(&path)?;
         crate::checkpoint_file::prune(&directory, keep)
+    }
+}
+
+/// Lends callbacks the trainer's checkpoint writing; rank 0 alone writes under data
+/// parallelism, as with the trainer's own checkpoints.
+impl<B, M, O, S> CheckpointWriter for Trainer<B, M, O, S>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + TrainStep<B>,
+    O: Optimizer<M, B>,
+    S: LrScheduler,
+{
+    fn write_checkpoint(&self, path: &std::path::Path) -> Result<()> {
+        if self.writes_checkpoints() {
+            self.save_checkpoint(path)?;
+        }
+        Ok(())
     }
 }
 

@@ -92,7 +92,9 @@
 //! # Ok::<(), kiln_ml_train::Error>(())
 //! ```
 
+mod best_checkpoints;
 mod buckets;
+mod callback;
 mod checkpoint;
 mod checkpoint_file;
 mod clipping;
@@ -100,6 +102,7 @@ mod collective;
 mod config;
 mod counters;
 mod data_parallel;
+mod early_stopping;
 mod error;
 mod first_step;
 mod fit;
@@ -126,11 +129,14 @@ mod trainer;
 mod validation;
 mod window;
 
+pub use best_checkpoints::{BestCheckpoints, RankedCheckpoint};
+pub use callback::{Callback, CheckpointWriter, Decision, EpochContext, EpochMetrics, Mode};
 pub use checkpoint_file::{latest_checkpoint, list_checkpoints};
 pub use clipping::{GradientClipping, clip_grad_norm, global_grad_norm};
 pub use config::{CheckpointConfig, LossNormalization, TrainerConfig};
 pub use counters::{BatchOutcome, Counters, FitSummary};
 pub use data_parallel::DataParallel;
+pub use early_stopping::EarlyStopping;
 pub use error::{Error, Result};
 pub use fit::EpochSummary;
 pub use fused_adam::{AdamWeightDecay, FusedAdam, FusedAdamConfig, FusedAdamRecord};

@@ -9,6 +9,7 @@ use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::{Fingerprint, Observer, Position};
 use rand_chacha::ChaCha8Rng;
 
+use crate::callback::{Callback, EpochMetrics};
 use crate::clipping::read_scalar;
 use crate::observers::Observers;
 use crate::precision_policy::CastPlan;
@@ -67,6 +68,10 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) membership: Option<Membership>,
     /// The last `fit`'s time from its call to the end of its first optimizer step.
     pub(crate) time_to_first_step: Option<Duration>,
+    /// Run by `fit_with` after each epoch.
+    pub(crate) callbacks: Vec<Box<dyn Callback>>,
+    /// What the current epoch logged with `log_metric`.
+    pub(crate) epoch_metrics: EpochMetrics,
 }
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -130,9 +135,41 @@ where
             observers: Observers::new(config.sync_phase_timing),
             membership: None,
             time_to_first_step: None,
+            callbacks: Vec::new(),
+            epoch_metrics: EpochMetrics::default(),
             config,
             device,
         })
+    }
+
+    /// Adds a callback; [`fit_with`](Self::fit_with) runs it after every epoch, in the order
+    /// added.
+    pub fn add_callback(&mut self, callback: impl Callback + 'static) {
+        self.callbacks.push(Box::new(callback));
+    }
+
+    /// Adds a callback, builder style.
+    pub fn with_callback(mut self, callback: impl Callback + 'static) -> Self {
+        self.add_callback(callback);
+        self
+    }
+
+    /// Logs a named figure of the current epoch (a validation metric, say `valid/min_ade`):
+    /// callbacks read it at the epoch's end, and observers (loggers) get it as
+    /// [`Event::Metric`](kiln_ml_core::Event::Metric).
+    pub fn log_metric(&mut self, name: &str, value: f64) {
+        self.epoch_metrics.insert(name, value);
+        self.observers.emit(&kiln_ml_core::Event::Metric {
+            name: name.to_owned(),
+            value,
+            epoch: self.epoch,
+            step: self.counters.optimizer_steps,
+        });
+    }
+
+    /// What the current epoch logged so far with [`log_metric`](Self::log_metric).
+    pub fn epoch_metrics(&self) -> &EpochMetrics {
+        &self.epoch_metrics
     }
 
     /// Adds an observer; it receives every event from now on.

@@ -6,6 +6,7 @@ mod common;
 
 mod accumulation;
 mod amp;
+mod callbacks;
 mod clipping;
 mod data_parallel;
 mod debug;

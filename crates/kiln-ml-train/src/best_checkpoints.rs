@@ -1,0 +1,166 @@
+//! Keeping the best k checkpoints by a monitored metric (Lightning's `ModelCheckpoint` with
+//! `monitor` and `save_top_k`).
+
+use std::path::{Path, PathBuf};
+
+use crate::callback::{Callback, CheckpointWriter, Decision, EpochContext, Mode};
+use crate::{Error, Result};
+
+/// After each epoch, writes a checkpoint into its own directory when the epoch's `monitor` is
+/// among the `keep` best so far, and deletes the one it pushes out. The ranking lives in the
+/// file names (`best-epoch-E-step-S.ckpt`, with the value in a `.value` file beside), so a
+/// resumed run goes on ranking against the files already there.
+///
+/// ```
+/// use kiln_ml_train::{BestCheckpoints, Mode};
+///
+/// let dir = std::env::temp_dir().join("kiln-best-doc");
+/// let best = BestCheckpoints::new(&dir, "valid/min_ade", Mode::Min, 3);
+/// assert!(best.ranked().unwrap().is_empty());
+/// ```
+#[derive(Debug, Clone)]
+pub struct BestCheckpoints {
+    directory: PathBuf,
+    monitor: String,
+    mode: Mode,
+    keep: usize,
+}
+
+/// One kept checkpoint: its file and the monitored value it was saved with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankedCheckpoint {
+    /// The checkpoint file.
+    pub path: PathBuf,
+    /// The monitored value.
+    pub value: f64,
+}
+
+const PREFIX: &str = "best-";
+const EXTENSION: &str = "ckpt";
+const VALUE_EXTENSION: &str = "value";
+
+impl BestCheckpoints {
+    /// Keeps the `keep` best checkpoints by `monitor` in `directory` (created when needed).
+    pub fn new(
+        directory: impl Into<PathBuf>,
+        monitor: impl Into<String>,
+        mode: Mode,
+        keep: usize,
+    ) -> Self {
+        Self {
+            directory: directory.into(),
+            monitor: monitor.into(),
+            mode,
+            keep,
+        }
+    }
+
+    /// The kept checkpoints, best first.
+    pub fn ranked(&self) -> Result<Vec<RankedCheckpoint>> {
+        let entries = match std::fs::read_dir(&self.directory) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(io_error(&self.directory, "list", source)),
+        };
+        let mut ranked = Vec::new();
+        for entry in entries {
+            let path = entry
+                .map_err(|source| io_error(&self.directory, "list", source))?
+                .path();
+            let is_best = path.extension().is_some_and(|ext| ext == EXTENSION)
+                && path
+                    .file_name()
+                    .and_then(|name| name.to_str())
+                    .is_some_and(|name| name.starts_with(PREFIX));
+            if !is_best {
+                continue;
+            }
+            let value_path = path.with_extension(VALUE_EXTENSION);
+            let text = std::fs::read_to_string(&value_path)
+                .map_err(|source| io_error(&value_path, "read", source))?;
+            let value = text
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| Error::CheckpointFormat {
+                    path: value_path.clone(),
+                    reason: format!("holds {:?}, not a number", text.trim()),
+                })?;
+            ranked.push(RankedCheckpoint { path, value });
+        }
+        ranked.sort_by(|a, b| {
+            let order = a.value.total_cmp(&b.value);
+            match self.mode {
+                Mode::Min => order,
+                Mode::Max => order.reverse(),
+            }
+        });
+        Ok(ranked)
+    }
+
+    /// The best checkpoint so far, if any.
+    pub fn best(&self) -> Result<Option<RankedCheckpoint>> {
+        Ok(self.ranked()?.into_iter().next())
+    }
+
+    /// Whether `value` enters the best `keep` of `ranked`.
+    fn qualifies(&self, value: f64, ranked: &[RankedCheckpoint]) -> bool {
+        if value.is_nan() || self.keep == 0 {
+            return false;
+        }
+        ranked.len() < self.keep
+            || ranked
+                .get(self.keep - 1)
+                .is_some_and(|worst| self.mode.improves(value, worst.value, 0.0))
+    }
+}
+
+impl Callback for BestCheckpoints {
+    fn on_epoch_end(
+        &mut self,
+        context: &EpochContext<'_>,
+        checkpoints: &dyn CheckpointWriter,
+    ) -> Result<Decision> {
+        let epoch = context.summary.epoch;
+        let value = context
+            .metrics
+            .require(&self.monitor, "BestCheckpoints", epoch)?;
+        let ranked = self.ranked()?;
+        if !self.qualifies(value, &ranked) {
+            return Ok(Decision::CONTINUE);
+        }
+        let path = self.directory.join(format!(
+            "{PREFIX}epoch-{epoch}-step-{}.{EXTENSION}",
+            context.step
+        ));
+        checkpoints.write_checkpoint(&path)?;
+        // The value file last: a checkpoint without one is not ranked (nor lost: it is there).
+        let value_path = path.with_extension(VALUE_EXTENSION);
+        kiln_ml_core::write_atomic(
+            &value_path,
+            format!("{value:e}\n").as_bytes(),
+            kiln_ml_core::Durability::Synced,
+        )
+        .map_err(|error| io_error(&error.path, error.action, error.source))?;
+        for pushed_out in self.ranked()?.iter().skip(self.keep) {
+            remove(&pushed_out.path.with_extension(VALUE_EXTENSION))?;
+            remove(&pushed_out.path)?;
+        }
+        Ok(Decision::CONTINUE)
+    }
+}
+
+fn remove(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(io_error(path, "remove", source)),
+    }
+}
+
+fn io_error(path: &Path, action: &'static str, source: std::io::Error) -> Error {
+    Error::CheckpointIo {
+        path: path.to_path_buf(),
+        action,
+        source,
+    }
+}

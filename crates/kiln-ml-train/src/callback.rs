@@ -1,0 +1,162 @@
+//! Callbacks that act: after each epoch they read its metrics and can stop training or write
+//! checkpoints (Lightning's `Callback`, `EarlyStopping`, `ModelCheckpoint`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::{EpochSummary, Error, Result};
+
+/// Whether smaller or larger values of a monitored metric are better (Lightning's `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Smaller is better (a loss, an error such as minADE).
+    Min,
+    /// Larger is better (an accuracy, a mAP).
+    Max,
+}
+
+impl Mode {
+    /// Whether `value` improves on `best` by more than `min_delta`.
+    pub fn improves(self, value: f64, best: f64, min_delta: f64) -> bool {
+        match self {
+            Mode::Min => value < best - min_delta,
+            Mode::Max => value > best + min_delta,
+        }
+    }
+}
+
+/// The metrics logged during one epoch with [`Trainer::log_metric`](crate::Trainer::log_metric),
+/// by name (the last value of a name wins).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EpochMetrics(BTreeMap<String, f64>);
+
+impl EpochMetrics {
+    /// Records `value` under `name`.
+    pub(crate) fn insert(&mut self, name: &str, value: f64) {
+        self.0.insert(name.to_owned(), value);
+    }
+
+    /// Forgets every metric (at the start of an epoch).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// The value logged under `name`, if any.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0.get(name).copied()
+    }
+
+    /// Every metric, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.0.iter().map(|(name, value)| (name.as_str(), *value))
+    }
+
+    /// The value of `name` for callback `callback`, or [`Error::MissingMetric`] listing what
+    /// the epoch did log.
+    pub fn require(&self, name: &str, callback: &'static str, epoch: u64) -> Result<f64> {
+        self.get(name).ok_or_else(|| {
+            let logged: Vec<&str> = self.0.keys().map(String::as_str).collect();
+            Error::MissingMetric {
+                callback,
+                metric: name.to_owned(),
+                epoch,
+                logged: if logged.is_empty() {
+                    "none".to_owned()
+                } else {
+                    logged.join(", ")
+                },
+            }
+        })
+    }
+}
+
+/// What a callback sees at the end of an epoch.
+#[derive(Debug, Clone, Copy)]
+pub struct EpochContext<'a> {
+    /// What the epoch did.
+    pub summary: &'a EpochSummary,
+    /// What the epoch logged.
+    pub metrics: &'a EpochMetrics,
+    /// Optimizer steps run so far in the run.
+    pub step: u64,
+}
+
+/// What a callback asks of the trainer after an epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Stop training after this epoch (its checkpoint is still written).
+    pub stop: bool,
+}
+
+impl Decision {
+    /// Go on training.
+    pub const CONTINUE: Decision = Decision { stop: false };
+    /// Stop after this epoch.
+    pub const STOP: Decision = Decision { stop: true };
+}
+
+/// Writes the whole run to a file: what the trainer lends a callback that keeps checkpoints of
+/// its own ([`BestCheckpoints`](crate::BestCheckpoints)).
+pub trait CheckpointWriter {
+    /// Writes a checkpoint of the run to `path` atomically, as
+    /// [`Trainer::save_checkpoint`](crate::Trainer::save_checkpoint) does.
+    fn write_checkpoint(&self, path: &Path) -> Result<()>;
+}
+
+/// A callback run by [`Trainer::fit_with`](crate::Trainer::fit_with) after each epoch (after
+/// its end-of-epoch closure, so it sees the metrics the closure logged, and before the epoch's
+/// checkpoint). Register with [`Trainer::add_callback`](crate::Trainer::add_callback).
+///
+/// ```
+/// use kiln_ml_train::{Callback, CheckpointWriter, Decision, EpochContext};
+///
+/// /// Stops once the validation loss is under a target.
+/// struct StopBelow(f64);
+///
+/// impl Callback for StopBelow {
+///     fn on_epoch_end(
+///         &mut self,
+///         context: &EpochContext<'_>,
+///         _checkpoints: &dyn CheckpointWriter,
+///     ) -> kiln_ml_train::Result<Decision> {
+///         let loss = context.metrics.require("valid/loss", "StopBelow", context.summary.epoch)?;
+///         Ok(Decision { stop: loss < self.0 })
+///     }
+/// }
+/// # let _ = StopBelow(0.1);
+/// ```
+pub trait Callback: Send {
+    /// Acts on the epoch that just ended.
+    fn on_epoch_end(
+        &mut self,
+        context: &EpochContext<'_>,
+        checkpoints: &dyn CheckpointWriter,
+    ) -> Result<Decision>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_compare_with_a_margin() {
+        assert!(Mode::Min.improves(0.9, 1.0, 0.05));
+        assert!(!Mode::Min.improves(0.96, 1.0, 0.05));
+        assert!(Mode::Max.improves(1.1, 1.0, 0.05));
+        assert!(!Mode::Max.improves(1.0, 1.0, 0.0));
+    }
+
+    #[test]
+    fn a_missing_metric_names_what_was_logged() {
+        let mut metrics = EpochMetrics::default();
+        metrics.insert("valid/loss", 0.5);
+        let error = metrics
+            .require("valid/min_ade", "EarlyStopping", 3)
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("`valid/min_ade`"), "{message}");
+        assert!(message.contains("epoch 3"), "{message}");
+        assert!(message.contains("valid/loss"), "{message}");
+    }
+}

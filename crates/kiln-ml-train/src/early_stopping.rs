@@ -1,0 +1,151 @@
+//! Stopping when a monitored metric stops improving (Lightning's `EarlyStopping`).
+
+use crate::Result;
+use crate::callback::{Callback, CheckpointWriter, Decision, EpochContext, Mode};
+
+/// Stops training once `monitor` has not improved by more than `min_delta` for `patience`
+/// epochs in a row. The epoch it stops after still writes its checkpoint (when checkpoints are
+/// on), and `fit` returns its summary with
+/// [`stopped_early`](crate::FitSummary::stopped_early) set.
+///
+/// ```
+/// use kiln_ml_train::{EarlyStopping, Mode};
+///
+/// let stopping = EarlyStopping::new("valid/min_ade", Mode::Min)
+///     .with_patience(2)
+///     .with_min_delta(1e-3);
+/// assert_eq!(stopping.best(), None);
+/// ```
+#[derive(Debug, Clone)]
+pub struct EarlyStopping {
+    monitor: String,
+    mode: Mode,
+    patience: u32,
+    min_delta: f64,
+    best: Option<f64>,
+    epochs_without_improvement: u32,
+}
+
+impl EarlyStopping {
+    /// Monitors the metric `monitor` (as logged with
+    /// [`Trainer::log_metric`](crate::Trainer::log_metric)); patience 3, `min_delta` 0.
+    pub fn new(monitor: impl Into<String>, mode: Mode) -> Self {
+        Self {
+            monitor: monitor.into(),
+            mode,
+            patience: 3,
+            min_delta: 0.0,
+            best: None,
+            epochs_without_improvement: 0,
+        }
+    }
+
+    /// Epochs without improvement to wait before stopping (0 stops at the first one).
+    pub fn with_patience(mut self, epochs: u32) -> Self {
+        self.patience = epochs;
+        self
+    }
+
+    /// The least change that counts as an improvement (Lightning's `min_delta`).
+    pub fn with_min_delta(mut self, min_delta: f64) -> Self {
+        self.min_delta = min_delta.abs();
+        self
+    }
+
+    /// The best value seen so far.
+    pub fn best(&self) -> Option<f64> {
+        self.best
+    }
+
+    /// Epochs in a row without improvement.
+    pub fn epochs_without_improvement(&self) -> u32 {
+        self.epochs_without_improvement
+    }
+}
+
+impl Callback for EarlyStopping {
+    fn on_epoch_end(
+        &mut self,
+        context: &EpochContext<'_>,
+        _checkpoints: &dyn CheckpointWriter,
+    ) -> Result<Decision> {
+        let epoch = context.summary.epoch;
+        let value = context
+            .metrics
+            .require(&self.monitor, "EarlyStopping", epoch)?;
+        // A NaN never improves anything (Lightning stops on it with `check_finite`).
+        let improved = match self.best {
+            None => !value.is_nan(),
+            Some(best) => self.mode.improves(value, best, self.min_delta),
+        };
+        if improved {
+            self.best = Some(value);
+            self.epochs_without_improvement = 0;
+        } else {
+            self.epochs_without_improvement += 1;
+        }
+        Ok(Decision {
+            stop: !improved && self.epochs_without_improvement > self.patience,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EpochSummary;
+    use crate::callback::EpochMetrics;
+
+    struct NoWrites;
+    impl CheckpointWriter for NoWrites {
+        fn write_checkpoint(&self, _: &std::path::Path) -> Result<()> {
+            unreachable!("early stopping writes no checkpoint")
+        }
+    }
+
+    /// The epochs after which `stopping` stops, fed `values` one epoch each.
+    fn stops(mut stopping: EarlyStopping, values: &[f64]) -> Vec<u64> {
+        let mut stopped = Vec::new();
+        for (epoch, value) in values.iter().enumerate() {
+            let mut metrics = EpochMetrics::default();
+            metrics.insert("m", *value);
+            let summary = EpochSummary {
+                epoch: epoch as u64,
+                ..EpochSummary::default()
+            };
+            let context = EpochContext {
+                summary: &summary,
+                metrics: &metrics,
+                step: 0,
+            };
+            if stopping.on_epoch_end(&context, &NoWrites).unwrap().stop {
+                stopped.push(epoch as u64);
+            }
+        }
+        stopped
+    }
+
+    #[test]
+    fn stops_after_patience_epochs_without_improvement() {
+        let stopping = EarlyStopping::new("m", Mode::Min).with_patience(2);
+        // Best at epoch 1; epochs 2, 3 wait; epoch 4 is the third without improvement.
+        assert_eq!(stops(stopping, &[1.0, 0.5, 0.6, 0.5, 0.7, 0.8]), [4, 5]);
+    }
+
+    #[test]
+    fn min_delta_and_max_mode() {
+        let stopping = EarlyStopping::new("m", Mode::Max)
+            .with_patience(0)
+            .with_min_delta(0.1);
+        // 0.55 is not 0.1 better than 0.5: stop at once.
+        assert_eq!(stops(stopping, &[0.5, 0.55]), [1]);
+        let stopping = EarlyStopping::new("m", Mode::Max).with_patience(0);
+        assert!(stops(stopping, &[0.5, 0.55, 0.6]).is_empty());
+    }
+
+    #[test]
+    fn nan_is_never_an_improvement() {
+        let stopping = EarlyStopping::new("m", Mode::Min).with_patience(1);
+        assert_eq!(stops(stopping, &[1.0, f64::NAN, f64::NAN]), [2]);
+    }
+}
