@@ -12,6 +12,7 @@ mod data_parallel;
 mod debug;
 mod errors;
 mod fused_adam;
+mod loggers;
 mod norms;
 mod observers;
 mod products;

@@ -1,0 +1,84 @@
+//! The CSV and TensorBoard loggers, fed by a real run.
+
+use std::sync::Arc;
+
+use burn::backend::{Autodiff, Flex};
+use kiln_ml_train::{CsvLogger, TensorBoardLogger, TrainerConfig, read_scalars};
+
+use crate::common;
+
+type B = Autodiff<Flex>;
+
+#[test]
+fn a_run_logs_its_loss_every_n_steps_and_its_metrics_every_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TrainerConfig::new()
+        .with_num_epochs(2)
+        .with_read_loss_every(2);
+    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
+    let csv = Arc::new(CsvLogger::create(dir.path(), 2).unwrap());
+    let tensorboard = Arc::new(TensorBoardLogger::create(dir.path(), 2).unwrap());
+    trainer.add_observer(Arc::clone(&csv));
+    trainer.add_observer(Arc::clone(&tensorboard));
+    let data = common::batches::<B>(4, 8, 5, &Default::default());
+    trainer
+        .fit_with(
+            |position| common::plain(data.clone(), position),
+            |trainer, epoch| {
+                trainer.log_metric("valid/score", 10.0 + epoch.epoch as f64);
+                Ok(())
+            },
+        )
+        .unwrap();
+    csv.finish().unwrap();
+    tensorboard.finish().unwrap();
+
+    let text = std::fs::read_to_string(dir.path().join("metrics.csv")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    assert_eq!(header[..3], ["epoch", "step", "elapsed_s"]);
+    for column in [
+        "train/loss",
+        "train/lr",
+        "valid/score",
+        "train/samples_per_second",
+    ] {
+        assert!(header.contains(&column), "{column} missing from {header:?}");
+    }
+    // 8 steps: a training row at steps 2, 4, 6, 8 and a metric row after each epoch.
+    assert_eq!(lines.len(), 1 + 4 + 2, "{text}");
+    let column = |name: &str| header.iter().position(|column| *column == name).unwrap();
+    let cells: Vec<Vec<&str>> = lines[1..]
+        .iter()
+        .map(|line| line.split(',').collect())
+        .collect();
+    let steps: Vec<&str> = cells.iter().map(|row| row[1]).collect();
+    assert_eq!(steps, ["2", "4", "4", "6", "8", "8"]);
+    assert_eq!(cells[2][column("valid/score")], "10");
+    assert_eq!(cells[5][column("valid/score")], "11");
+    assert!(cells[0][column("train/loss")].parse::<f64>().unwrap() > 0.0);
+
+    let scalars = read_scalars(tensorboard.path()).unwrap();
+    let tagged = |tag: &str| -> Vec<(u64, f32)> {
+        scalars
+            .iter()
+            .filter(|scalar| scalar.tag == tag)
+            .map(|scalar| (scalar.step, scalar.value))
+            .collect()
+    };
+    assert_eq!(tagged("valid/score"), [(4, 10.0), (8, 11.0)]);
+    let losses = tagged("train/loss");
+    assert_eq!(
+        losses.iter().map(|(step, _)| *step).collect::<Vec<_>>(),
+        [2, 4, 6, 8]
+    );
+    let csv_losses: Vec<f32> = cells
+        .iter()
+        .filter(|row| !row[column("train/loss")].is_empty())
+        .map(|row| row[column("train/loss")].parse::<f64>().unwrap() as f32)
+        .collect();
+    assert_eq!(
+        losses.iter().map(|(_, loss)| *loss).collect::<Vec<_>>(),
+        csv_losses
+    );
+}
