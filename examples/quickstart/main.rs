@@ -21,6 +21,7 @@
 
 mod baseline;
 mod dataset;
+mod logging;
 mod model;
 mod optimizer;
 mod plain_loop;
@@ -41,8 +42,8 @@ use kiln_ml::data::{BurnCollate, LoaderConfig, ParquetSource};
 use kiln_ml::metrics::MetricsConfig;
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
 use kiln_ml::train::{
-    CheckpointConfig, EpochSummary, GradientClipping, Precision, ProgressObserver, TrainerConfig,
-    latest_checkpoint,
+    BestCheckpoints, CheckpointConfig, EarlyStopping, EpochSummary, GradientClipping, Mode,
+    Precision, ProgressObserver, TrainerConfig, latest_checkpoint,
 };
 
 use crate::model::{Forecaster, MODES, PlayerBatch, PlayerBatcher};
@@ -122,6 +123,23 @@ struct Args {
     /// kernels per step); kiln's trainer only.
     #[arg(long, default_value = "adam")]
     optimizer: OptimizerKind,
+    /// Write the run's scalars here: `metrics.csv` and a TensorBoard event file (training loss,
+    /// learning rate, throughput and phase times every `--log-every` steps; validation metrics
+    /// every epoch). Kiln's trainer only.
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// Read the training loss back every N optimizer steps (one device sync each; the progress
+    /// bar and the logs show it), and log a training row as often.
+    #[arg(long, default_value_t = 50)]
+    log_every: u64,
+    /// Stop once validation minADE@6 has not improved for N epochs in a row (the stopped run
+    /// still checkpoints and reports). Kiln's trainer only.
+    #[arg(long)]
+    early_stopping_patience: Option<u32>,
+    /// The least fall of validation minADE@6, in metres, that counts as an improvement for
+    /// `--early-stopping-patience`.
+    #[arg(long, default_value_t = 0.0)]
+    early_stopping_min_delta: f64,
 }
 
 /// Who runs the training loop.
@@ -230,6 +248,8 @@ struct RunOutput {
     skipped_steps: Option<u64>,
     /// The loss scale at the end (f16-mixed only).
     loss_scale: Option<f32>,
+    /// The epoch after which early stopping ended the run, if it did.
+    stopped_early: Option<u64>,
 }
 
 impl BackendTask for Quickstart {
@@ -315,6 +335,9 @@ impl BackendTask for Quickstart {
         if let Some(dir) = &args.checkpoint_dir {
             config = config.with_checkpoint(Some(CheckpointConfig::new(dir)));
         }
+        if args.log_every > 0 {
+            config = config.with_read_loss_every(args.log_every);
+        }
         if let Some(steps) = args.max_queued_steps {
             config = config.with_max_queued_steps(steps);
         }
@@ -342,6 +365,7 @@ impl BackendTask for Quickstart {
                 steps_per_epoch,
                 skipped_steps: None,
                 loss_scale: None,
+                stopped_early: None,
             });
         }
         let mut trainer = config.init(model, args.optimizer.init(), scheduler, device)?;
@@ -354,6 +378,31 @@ impl BackendTask for Quickstart {
 
         let progress = Arc::new(ProgressObserver::new().with_total_steps(total_steps));
         trainer.add_observer(Arc::clone(&progress));
+        let logs = match &args.log_dir {
+            Some(dir) => {
+                let logs = logging::RunLogs::create(dir, args.log_every.max(1))?;
+                trainer.add_observer(Arc::clone(&logs.csv));
+                trainer.add_observer(Arc::clone(&logs.tensorboard));
+                Some(logs)
+            }
+            None => None,
+        };
+        if let Some(patience) = args.early_stopping_patience {
+            trainer.add_callback(
+                EarlyStopping::new("valid/min_ade", Mode::Min)
+                    .with_patience(patience)
+                    .with_min_delta(args.early_stopping_min_delta),
+            );
+        }
+        if let Some(dir) = &args.checkpoint_dir {
+            // The best epoch by validation minADE@6, beside the newest ones.
+            trainer.add_callback(BestCheckpoints::new(
+                dir.join("best"),
+                "valid/min_ade",
+                Mode::Min,
+                1,
+            ));
+        }
         let mut profiler = if args.no_profile {
             None
         } else {
@@ -376,12 +425,24 @@ impl BackendTask for Quickstart {
                 let report = trainer.validate(valid_batches.iter().cloned(), &mut metrics)?;
                 let train_loss = trainer.last_loss()?.unwrap_or(f64::NAN);
                 let row = epoch_figures(epoch, train_loss, &report);
+                trainer.log_metric("valid/min_ade", row.min_ade);
+                trainer.log_metric("valid/min_fde", row.min_fde);
+                trainer.log_metric("valid/miss_rate", row.miss_rate);
                 progress.suspend(|| println!("{}", epoch_line(&row)));
                 figures.push(row);
                 Ok(())
             },
         )?;
         progress.finish();
+        if let Some(logs) = &logs {
+            logs.finish()?;
+        }
+        if let Some(epoch) = summary.stopped_early {
+            println!(
+                "stopped   early after epoch {epoch}: validation minADE@6 did not improve for {} epochs",
+                args.early_stopping_patience.unwrap_or_default().max(1)
+            );
+        }
         let Some(mut profiler) = profiler.take() else {
             return Ok(RunOutput {
                 figures,
@@ -391,6 +452,7 @@ impl BackendTask for Quickstart {
                 steps_per_epoch,
                 skipped_steps: Some(summary.counters.skipped_steps),
                 loss_scale: trainer.loss_scaler().map(|scaler| scaler.scale()),
+                stopped_early: summary.stopped_early,
             });
         };
         profiler.training_done();
@@ -446,6 +508,7 @@ impl BackendTask for Quickstart {
             steps_per_epoch,
             skipped_steps: Some(summary.counters.skipped_steps),
             loss_scale: trainer.loss_scaler().map(|scaler| scaler.scale()),
+            stopped_early: summary.stopped_early,
         })
     }
 }
@@ -505,6 +568,12 @@ fn main() -> anyhow::Result<()> {
         "--trainer plain-burn never waits for the device (--max-queued-steps is kiln-ml-train's)"
     );
     ensure!(
+        args.trainer == TrainerKind::Kiln
+            || (args.log_dir.is_none() && args.early_stopping_patience.is_none()),
+        "--trainer plain-burn has no loggers or callbacks (--log-dir and \
+         --early-stopping-patience are kiln-ml-train's)"
+    );
+    ensure!(
         args.trainer == TrainerKind::Kiln || args.optimizer == OptimizerKind::Adam,
         "--trainer plain-burn uses Burn's Adam (--optimizer fused-adam is kiln-ml-train's)"
     );
@@ -541,6 +610,7 @@ fn main() -> anyhow::Result<()> {
         steps_per_epoch,
         skipped_steps,
         loss_scale,
+        stopped_early,
     } = selection.run(Quickstart {
         args: args.clone(),
         probe,
@@ -644,6 +714,10 @@ fn main() -> anyhow::Result<()> {
             }),
             "skipped_steps": skipped_steps,
             "loss_scale": loss_scale,
+            "stopped_early": stopped_early.is_some(),
+            "stopped_after_epoch": stopped_early,
+            "best_min_ade": figures.iter().map(|f| f.min_ade).reduce(f64::min),
+            "log_dir": args.log_dir,
             "step_ms": step_ms,
             "kernel_cache": kiln_ml::backend::GpuTuning::applied().map(|tuning| tuning.cache_dir()),
             "epochs_run": figures,

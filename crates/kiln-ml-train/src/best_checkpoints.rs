@@ -8,7 +8,7 @@ use crate::{Error, Result};
 
 /// After each epoch, writes a checkpoint into its own directory when the epoch's `monitor` is
 /// among the `keep` best so far, and deletes the one it pushes out. The ranking lives in the
-/// file names (`best-epoch-E-step-S.ckpt`, with the value in a `.value` file beside), so a
+/// file names (`best-epoch-E-step-S.kiln`, with the value in a `.value` file beside), so a
 /// resumed run goes on ranking against the files already there.
 ///
 /// ```
@@ -36,7 +36,7 @@ pub struct RankedCheckpoint {
 }
 
 const PREFIX: &str = "best-";
-const EXTENSION: &str = "ckpt";
+const EXTENSION: &str = "kiln";
 const VALUE_EXTENSION: &str = "value";
 
 impl BestCheckpoints {

@@ -29,34 +29,46 @@ impl Mode {
 /// The metrics logged during one epoch with [`Trainer::log_metric`](crate::Trainer::log_metric),
 /// by name (the last value of a name wins).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EpochMetrics(BTreeMap<String, f64>);
+pub struct EpochMetrics {
+    epoch: u64,
+    values: BTreeMap<String, f64>,
+}
 
 impl EpochMetrics {
     /// Records `value` under `name`.
     pub(crate) fn insert(&mut self, name: &str, value: f64) {
-        self.0.insert(name.to_owned(), value);
+        self.values.insert(name.to_owned(), value);
     }
 
-    /// Forgets every metric (at the start of an epoch).
-    pub(crate) fn clear(&mut self) {
-        self.0.clear();
+    /// Forgets every metric: `epoch` starts.
+    pub(crate) fn start(&mut self, epoch: u64) {
+        self.epoch = epoch;
+        self.values.clear();
+    }
+
+    /// The epoch these metrics belong to (the one that ends in `fit_with`'s end-of-epoch
+    /// closure, though the trainer already counts the next).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The value logged under `name`, if any.
     pub fn get(&self, name: &str) -> Option<f64> {
-        self.0.get(name).copied()
+        self.values.get(name).copied()
     }
 
     /// Every metric, by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
-        self.0.iter().map(|(name, value)| (name.as_str(), *value))
+        self.values
+            .iter()
+            .map(|(name, value)| (name.as_str(), *value))
     }
 
     /// The value of `name` for callback `callback`, or [`Error::MissingMetric`] listing what
     /// the epoch did log.
     pub fn require(&self, name: &str, callback: &'static str, epoch: u64) -> Result<f64> {
         self.get(name).ok_or_else(|| {
-            let logged: Vec<&str> = self.0.keys().map(String::as_str).collect();
+            let logged: Vec<&str> = self.values.keys().map(String::as_str).collect();
             Error::MissingMetric {
                 callback,
                 metric: name.to_owned(),

@@ -4,7 +4,8 @@ use crate::Result;
 use crate::callback::{Callback, CheckpointWriter, Decision, EpochContext, Mode};
 
 /// Stops training once `monitor` has not improved by more than `min_delta` for `patience`
-/// epochs in a row. The epoch it stops after still writes its checkpoint (when checkpoints are
+/// epochs in a row (Lightning's rule: `wait_count >= patience`, so patience 0 stops at the
+/// first epoch without improvement). The epoch it stops after still writes its checkpoint (when checkpoints are
 /// on), and `fit` returns its summary with
 /// [`stopped_early`](crate::FitSummary::stopped_early) set.
 ///
@@ -40,7 +41,7 @@ impl EarlyStopping {
         }
     }
 
-    /// Epochs without improvement to wait before stopping (0 stops at the first one).
+    /// Epochs without improvement after which to stop (0 and 1 both stop at the first one).
     pub fn with_patience(mut self, epochs: u32) -> Self {
         self.patience = epochs;
         self
@@ -85,7 +86,7 @@ impl Callback for EarlyStopping {
             self.epochs_without_improvement += 1;
         }
         Ok(Decision {
-            stop: !improved && self.epochs_without_improvement > self.patience,
+            stop: !improved && self.epochs_without_improvement >= self.patience,
         })
     }
 }
@@ -128,8 +129,8 @@ mod tests {
     #[test]
     fn stops_after_patience_epochs_without_improvement() {
         let stopping = EarlyStopping::new("m", Mode::Min).with_patience(2);
-        // Best at epoch 1; epochs 2, 3 wait; epoch 4 is the third without improvement.
-        assert_eq!(stops(stopping, &[1.0, 0.5, 0.6, 0.5, 0.7, 0.8]), [4, 5]);
+        // Best at epoch 1; epoch 2 is the first without improvement, epoch 3 the second.
+        assert_eq!(stops(stopping, &[1.0, 0.5, 0.6, 0.5, 0.7, 0.8]), [3, 4, 5]);
     }
 
     #[test]
@@ -145,7 +146,7 @@ mod tests {
 
     #[test]
     fn nan_is_never_an_improvement() {
-        let stopping = EarlyStopping::new("m", Mode::Min).with_patience(1);
+        let stopping = EarlyStopping::new("m", Mode::Min).with_patience(2);
         assert_eq!(stops(stopping, &[1.0, f64::NAN, f64::NAN]), [2]);
     }
 }

@@ -27,7 +27,7 @@ where
     pub fn start_epoch(&mut self) {
         if !self.epoch_started {
             self.epoch_started = true;
-            self.epoch_metrics.clear();
+            self.epoch_metrics.start(self.epoch);
             self.observers
                 .emit(&Event::EpochStart { epoch: self.epoch });
         }

@@ -154,7 +154,8 @@ where
         self
     }
 
-    /// Logs a named figure of the current epoch (a validation metric, say `valid/min_ade`):
+    /// Logs a named figure of the epoch being trained or just ended (a validation metric, say
+    /// `valid/min_ade`, in `fit_with`'s end-of-epoch closure):
     /// callbacks read it at the epoch's end, and observers (loggers) get it as
     /// [`Event::Metric`](kiln_ml_core::Event::Metric).
     pub fn log_metric(&mut self, name: &str, value: f64) {
@@ -162,7 +163,7 @@ where
         self.observers.emit(&kiln_ml_core::Event::Metric {
             name: name.to_owned(),
             value,
-            epoch: self.epoch,
+            epoch: self.epoch_metrics.epoch(),
             step: self.counters.optimizer_steps,
         });
     }

@@ -128,11 +128,13 @@ impl Observer for CsvLogger {
         for row in rows {
             state.add(row);
         }
-        if (metrics_logged || matches!(event, Event::EpochEnd { .. })) && state.error.is_none() {
-            if let Err(error) = state.write(&self.path) {
-                eprintln!("warning: {error}; the CSV log stops here");
-                state.error = Some(error);
-            }
+        let due = metrics_logged || matches!(event, Event::EpochEnd { .. });
+        if due
+            && state.error.is_none()
+            && let Err(error) = state.write(&self.path)
+        {
+            eprintln!("warning: {error}; the CSV log stops here");
+            state.error = Some(error);
         }
     }
 }

@@ -48,15 +48,15 @@ fn early_stopping_stops_writes_its_checkpoint_and_returns_the_summary() {
     let config = TrainerConfig::new()
         .with_num_epochs(10)
         .with_checkpoint(Some(checkpoints));
-    // Best at epoch 1; epochs 2 and 3 wait (patience 2); epoch 4 stops.
+    // Best at epoch 1; epochs 2 and 3 do not improve: patience 2 stops after epoch 3.
     let (summary, recorder) = fit_logging(
         config,
         &[1.0, 0.5, 0.6, 0.55, 0.7, 0.1, 0.1, 0.1, 0.1, 0.1],
         EarlyStopping::new("valid/score", Mode::Min).with_patience(2),
     );
     let summary = summary.unwrap();
-    assert_eq!(summary.stopped_early, Some(4));
-    assert_eq!(summary.counters.optimizer_steps, 5 * 3);
+    assert_eq!(summary.stopped_early, Some(3));
+    assert_eq!(summary.counters.optimizer_steps, 4 * 3);
     assert!(summary.last_loss.is_some());
     let written = list_checkpoints(dir.path()).unwrap();
     assert_eq!(written.len(), 1, "{written:?}");
@@ -65,11 +65,11 @@ fn early_stopping_stops_writes_its_checkpoint_and_returns_the_summary() {
         .iter()
         .filter(|event| matches!(event, Event::Metric { name, .. } if name == "valid/score"))
         .count();
-    assert_eq!(metrics, 5);
+    assert_eq!(metrics, 4);
     assert!(
         events
             .iter()
-            .any(|event| matches!(event, Event::CheckpointSaved { step: 15, .. }))
+            .any(|event| matches!(event, Event::CheckpointSaved { step: 12, .. }))
     );
 }
 
@@ -96,8 +96,8 @@ fn best_checkpoints_keep_the_best_k_by_the_metric() {
     assert_eq!(
         kept,
         [
-            ("best-epoch-3-step-12.ckpt".to_owned(), 0.95),
-            ("best-epoch-1-step-6.ckpt".to_owned(), 0.9),
+            ("best-epoch-3-step-12.kiln".to_owned(), 0.95),
+            ("best-epoch-1-step-6.kiln".to_owned(), 0.9),
         ]
     );
     // Only the kept ones are on disk, and they load.

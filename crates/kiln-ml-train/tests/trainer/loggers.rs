@@ -55,6 +55,9 @@ fn a_run_logs_its_loss_every_n_steps_and_its_metrics_every_epoch() {
     let steps: Vec<&str> = cells.iter().map(|row| row[1]).collect();
     assert_eq!(steps, ["2", "4", "4", "6", "8", "8"]);
     assert_eq!(cells[2][column("valid/score")], "10");
+    // Metrics count in the epoch that logged them, training rows in the epoch they ran in.
+    let epochs: Vec<&str> = cells.iter().map(|row| row[0]).collect();
+    assert_eq!(epochs, ["0", "0", "0", "1", "1", "1"]);
     assert_eq!(cells[5][column("valid/score")], "11");
     assert!(cells[0][column("train/loss")].parse::<f64>().unwrap() > 0.0);
 
