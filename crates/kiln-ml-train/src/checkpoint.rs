@@ -45,6 +45,8 @@ const STATE: &str = "trainer_state";
 const MODEL: &str = "model";
 const OPTIMIZER: &str = "optimizer";
 const SCHEDULER: &str = "scheduler";
+/// The moving average of the weights, when the run keeps one.
+const EMA: &str = "ema";
 
 impl<B, M, O, S> Trainer<B, M, O, S>
 where
@@ -102,15 +104,23 @@ where
             .map_err(encode_error(OPTIMIZER))?;
         let scheduler = Recorder::<B>::record(&recorder, self.scheduler.to_record::<B>(), ())
             .map_err(encode_error(SCHEDULER))?;
-        write_sections(
-            path,
-            &[
-                (STATE, &state),
-                (MODEL, &model),
-                (OPTIMIZER, &optimizer),
-                (SCHEDULER, &scheduler),
-            ],
-        )?;
+        let ema = match &self.ema {
+            Some(ema) => Some(
+                Recorder::<B>::record(&recorder, ema.clone().into_record(), ())
+                    .map_err(encode_error(EMA))?,
+            ),
+            None => None,
+        };
+        let mut sections: Vec<(&str, &[u8])> = vec![
+            (STATE, &state),
+            (MODEL, &model),
+            (OPTIMIZER, &optimizer),
+            (SCHEDULER, &scheduler),
+        ];
+        if let Some(ema) = &ema {
+            sections.push((EMA, ema));
+        }
+        write_sections(path, &sections)?;
         self.observers.emit(&kiln_ml_core::Event::CheckpointSaved {
             path: path.to_path_buf(),
             step: self.counters.optimizer_steps,
@@ -139,6 +149,8 @@ where
         let model_bytes = take(MODEL)?;
         let optimizer_bytes = take(OPTIMIZER)?;
         let scheduler_bytes = take(SCHEDULER)?;
+        // Optional: absent when the run kept no average (or before its first update).
+        let ema_bytes = take(EMA).ok();
 
         let state: TrainerState =
             serde_json::from_slice(&state_bytes).map_err(|error| Error::CheckpointFormat {
@@ -171,6 +183,14 @@ where
             Recorder::<B>::load(&recorder, scheduler_bytes, &self.device)
                 .map_err(decode_error(SCHEDULER))?;
 
+        let ema = match ema_bytes {
+            Some(bytes) if self.config.ema.is_some() => {
+                let record: M::Record = Recorder::<B>::load(&recorder, bytes, &self.device)
+                    .map_err(decode_error(EMA))?;
+                Some(self.model().clone().load_record(record))
+            }
+            _ => None,
+        };
         let model = self.model().clone().load_record(model_record);
         crate::materialize(&model);
         let (expected, loaded) = (param_shapes(self.model()), param_shapes(&model));
@@ -183,6 +203,8 @@ where
             });
         }
         self.model = Some(model);
+        // Loaded values carry no autodiff graph; restarted from the weights when absent.
+        self.ema = ema.map(|ema| crate::ema::ema_update(ema.clone(), &ema, 0.0));
         self.optim = self.optim.clone().load_record(optimizer_record);
         self.scheduler = self.scheduler.clone().load_record::<B>(scheduler_record);
         if let (Some(scaler), Some(saved)) = (self.scaler.as_mut(), state.loss_scaler) {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::{
-    Error, GradientClipping, LossScalerConfig, Precision, PrecisionPolicy, Result,
+    EmaConfig, Error, GradientClipping, LossScalerConfig, Precision, PrecisionPolicy, Result,
     SkipWarningConfig,
 };
 
@@ -166,6 +166,10 @@ pub struct TrainerConfig {
     /// run, the phase it is in, and whether the process is busy compiling and autotuning
     /// kernels or idle waiting on the device. 0 turns the notice off. Default 20.
     pub first_step_notice_seconds: f64,
+    /// Keep an exponential moving average of the weights
+    /// ([`Trainer::ema_model`](crate::Trainer::ema_model),
+    /// [`validate_ema`](crate::Trainer::validate_ema)); saved in checkpoints. Default none.
+    pub ema: Option<EmaConfig>,
 }
 
 impl Default for TrainerConfig {
@@ -193,6 +197,7 @@ impl Default for TrainerConfig {
             sync_phase_timing: false,
             resume_on_changed_data: false,
             first_step_notice_seconds: 20.0,
+            ema: None,
         }
     }
 }
@@ -258,6 +263,8 @@ setters! {
     with_resume_on_changed_data: resume_on_changed_data: bool;
     /// Sets [`first_step_notice_seconds`](Self::first_step_notice_seconds).
     with_first_step_notice_seconds: first_step_notice_seconds: f64;
+    /// Sets [`ema`](Self::ema).
+    with_ema: ema: Option<EmaConfig>;
 }
 
 impl TrainerConfig {
@@ -328,6 +335,14 @@ impl TrainerConfig {
             }
             if checkpoint.keep_last == 0 {
                 return bad("checkpoint.keep_last", "0".to_owned(), "must be >= 1");
+            }
+        }
+        if let Some(ema) = &self.ema {
+            if !(0.0..1.0).contains(&ema.decay) {
+                return bad("ema.decay", ema.decay.to_string(), "must be in [0, 1)");
+            }
+            if ema.every_steps == 0 {
+                return bad("ema.every_steps", "0".to_owned(), "must be >= 1");
             }
         }
         Ok(())

@@ -98,6 +98,7 @@ where
             self.counters.skipped_steps += 1;
         } else {
             self.counters.applied_steps += 1;
+            self.update_ema();
         }
         Ok(StepReport {
             step,

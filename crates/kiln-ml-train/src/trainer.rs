@@ -72,6 +72,8 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) callbacks: Vec<Box<dyn Callback>>,
     /// What the current epoch logged with `log_metric`.
     pub(crate) epoch_metrics: EpochMetrics,
+    /// The moving average of the weights, once the first update made it.
+    pub(crate) ema: Option<M>,
 }
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -137,6 +139,7 @@ where
             time_to_first_step: None,
             callbacks: Vec::new(),
             epoch_metrics: EpochMetrics::default(),
+            ema: None,
             config,
             device,
         })
@@ -165,6 +168,36 @@ where
             value,
             epoch: self.epoch_metrics.epoch(),
             step: self.counters.optimizer_steps,
+        });
+    }
+
+    /// The moving average of the weights ([`TrainerConfig::ema`](crate::TrainerConfig::ema)),
+    /// once its first update ran: plain values, no autodiff graph; save it with Burn's
+    /// recorders or validate it with [`validate_ema`](Self::validate_ema).
+    pub fn ema_model(&self) -> Option<&M> {
+        self.ema.as_ref()
+    }
+
+    /// After an applied optimizer step: moves the average, every `every_steps` applied steps
+    /// (the first update starts it from the weights).
+    pub(crate) fn update_ema(&mut self) {
+        let Some(config) = self.config.ema else {
+            return;
+        };
+        if !self
+            .counters
+            .applied_steps
+            .is_multiple_of(config.every_steps)
+        {
+            return;
+        }
+        let model = self
+            .model
+            .as_ref()
+            .expect("the model is present between steps");
+        self.ema = Some(match self.ema.take() {
+            Some(ema) => crate::ema::ema_update(ema, model, config.decay),
+            None => crate::ema::ema_start(model),
         });
     }
 

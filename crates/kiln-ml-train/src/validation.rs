@@ -42,7 +42,38 @@ where
         X: ?Sized,
         Mt: Metric<X>,
     {
-        let mut model = self.model().valid();
+        self.validate_module(self.model().valid(), batches, metric)
+    }
+
+    /// [`validate`](Self::validate) with the moving average of the weights
+    /// ([`TrainerConfig::ema`](crate::TrainerConfig::ema)); `None` before its first update.
+    pub fn validate_ema<I, X, Mt>(&self, batches: I, metric: &mut Mt) -> Result<Option<Mt::Value>>
+    where
+        M::InnerModule: InferenceStep<B::InnerBackend>,
+        I: IntoIterator<Item = ValidInput<B, M>>,
+        ValidOutput<B, M>: Borrow<X>,
+        X: ?Sized,
+        Mt: Metric<X>,
+    {
+        let Some(ema) = &self.ema else {
+            return Ok(None);
+        };
+        self.validate_module(ema.valid(), batches, metric).map(Some)
+    }
+
+    fn validate_module<I, X, Mt>(
+        &self,
+        mut model: M::InnerModule,
+        batches: I,
+        metric: &mut Mt,
+    ) -> Result<Mt::Value>
+    where
+        M::InnerModule: InferenceStep<B::InnerBackend>,
+        I: IntoIterator<Item = ValidInput<B, M>>,
+        ValidOutput<B, M>: Borrow<X>,
+        X: ?Sized,
+        Mt: Metric<X>,
+    {
         // The inner module has the master's field paths, so the training plan applies as is.
         if let Some(plan) = &self.cast_plan {
             model = plan.cast(model, self.autocast.compute_dtype());
