@@ -42,8 +42,8 @@ use kiln_ml::data::{BurnCollate, LoaderConfig, ParquetSource};
 use kiln_ml::metrics::MetricsConfig;
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
 use kiln_ml::train::{
-    BestCheckpoints, CheckpointConfig, EarlyStopping, EpochSummary, GradientClipping, Mode,
-    Precision, ProgressObserver, TrainerConfig, latest_checkpoint,
+    BestCheckpoints, CheckpointConfig, EarlyStopping, EmaConfig, EpochSummary, GradientClipping,
+    LrFinder, Mode, Precision, ProgressObserver, TrainerConfig, latest_checkpoint,
 };
 
 use crate::model::{Forecaster, MODES, PlayerBatch, PlayerBatcher};
@@ -140,6 +140,15 @@ struct Args {
     /// `--early-stopping-patience`.
     #[arg(long, default_value_t = 0.0)]
     early_stopping_min_delta: f64,
+    /// Before training, run the learning-rate range test (an exponential sweep from 1e-6 to 1
+    /// over 100 steps on a copy of the model) and train with its suggestion as the peak
+    /// learning rate instead of `--lr`. Kiln's trainer only.
+    #[arg(long)]
+    lr_find: bool,
+    /// Keep an exponential moving average of the weights with this decay (0.999, say) and
+    /// validate it too each epoch (`ema_min_ade` in `--json`). Kiln's trainer only.
+    #[arg(long)]
+    ema: Option<f64>,
 }
 
 /// Who runs the training loop.
@@ -250,6 +259,12 @@ struct RunOutput {
     loss_scale: Option<f32>,
     /// The epoch after which early stopping ended the run, if it did.
     stopped_early: Option<u64>,
+    /// The range test's suggested learning rate (`--lr-find`).
+    lr_find_suggestion: Option<f64>,
+    /// The peak learning rate trained with.
+    peak_lr: f64,
+    /// Validation minADE@6 of the weights' moving average after the last epoch (`--ema`).
+    ema_min_ade: Option<f64>,
 }
 
 impl BackendTask for Quickstart {
@@ -323,10 +338,6 @@ impl BackendTask for Quickstart {
         )?;
         let steps_per_epoch = first_plan.len() as u64 / first_plan.batch_size();
         let total_steps = steps_per_epoch * args.epochs;
-        let scheduler = CosineAnnealingLrSchedulerConfig::new(args.lr, total_steps as usize)
-            .with_min_lr(args.lr * 0.01)
-            .init()
-            .map_err(anyhow::Error::msg)?;
         let mut config = TrainerConfig::new()
             .with_precision(args.precision)
             .with_num_epochs(args.epochs)
@@ -341,8 +352,62 @@ impl BackendTask for Quickstart {
         if let Some(steps) = args.max_queued_steps {
             config = config.with_max_queued_steps(steps);
         }
+        if let Some(decay) = args.ema {
+            config = config.with_ema(Some(EmaConfig::new(decay)));
+        }
         B::seed(&device, args.seed);
         let model = Forecaster::<B>::new(args.width, &device);
+        // The range test trains a copy on the first epoch's batches: the model stays as built.
+        let lr_found = if args.lr_find {
+            // As many epochs' batches as the sweep's 100 steps take.
+            let open =
+                |epoch| train_loader.plan_epoch(&sampler, &PlanRequest::new(args.seed, epoch));
+            let (mut epoch, mut current, mut yielded) = (0, open(0)?, false);
+            let batches = std::iter::from_fn(|| {
+                loop {
+                    if let Some(batch) = current.next() {
+                        yielded = true;
+                        return Some(batch);
+                    }
+                    if !std::mem::take(&mut yielded) {
+                        return None;
+                    }
+                    epoch += 1;
+                    current = match open(epoch) {
+                        Ok(next) => next,
+                        Err(error) => return Some(Err(error)),
+                    };
+                }
+            });
+            let finding = LrFinder::new(1e-6, 1.0, 100).run(
+                model.clone(),
+                args.optimizer.init(),
+                config.clone(),
+                device.clone(),
+                batches,
+            )?;
+            println!(
+                "lr find   {} steps{}: suggested peak learning rate {}",
+                finding.losses.len(),
+                if finding.diverged {
+                    " (stopped where the loss diverged)"
+                } else {
+                    ""
+                },
+                finding.suggestion.map_or_else(
+                    || "none (too few steps)".to_owned(),
+                    |lr| format!("{lr:.3e}")
+                )
+            );
+            finding.suggestion
+        } else {
+            None
+        };
+        let peak_lr = lr_found.unwrap_or(args.lr);
+        let scheduler = CosineAnnealingLrSchedulerConfig::new(peak_lr, total_steps as usize)
+            .with_min_lr(peak_lr * 0.01)
+            .init()
+            .map_err(anyhow::Error::msg)?;
         let mut metrics = MetricsConfig::argoverse2().init()?;
         println!("epoch  train loss  minADE@6  minFDE@6  MR@6    ADE@1   samples/s  data wait");
         if args.trainer == TrainerKind::PlainBurn {
@@ -366,6 +431,9 @@ impl BackendTask for Quickstart {
                 skipped_steps: None,
                 loss_scale: None,
                 stopped_early: None,
+                lr_find_suggestion: lr_found,
+                peak_lr,
+                ema_min_ade: None,
             });
         }
         let mut trainer = config.init(model, args.optimizer.init(), scheduler, device)?;
@@ -414,6 +482,7 @@ impl BackendTask for Quickstart {
         };
 
         let mut figures = Vec::new();
+        let mut ema_min_ade = None;
         let summary = trainer.fit_with(
             // Each epoch's plan, resumed at the trainer's position (mid-epoch after a restart).
             |position| {
@@ -428,6 +497,17 @@ impl BackendTask for Quickstart {
                 trainer.log_metric("valid/min_ade", row.min_ade);
                 trainer.log_metric("valid/min_fde", row.min_fde);
                 trainer.log_metric("valid/miss_rate", row.miss_rate);
+                metrics.reset();
+                let ema_report =
+                    trainer.validate_ema(valid_batches.iter().cloned(), &mut metrics)?;
+                let ema_at_k = ema_report
+                    .as_ref()
+                    .and_then(|report| report.horizons[0].at(MODES))
+                    .and_then(|top| top.min_ade);
+                if let Some(min_ade) = ema_at_k {
+                    trainer.log_metric("valid/ema_min_ade", min_ade);
+                    ema_min_ade = Some(min_ade);
+                }
                 progress.suspend(|| println!("{}", epoch_line(&row)));
                 figures.push(row);
                 Ok(())
@@ -453,6 +533,9 @@ impl BackendTask for Quickstart {
                 skipped_steps: Some(summary.counters.skipped_steps),
                 loss_scale: trainer.loss_scaler().map(|scaler| scaler.scale()),
                 stopped_early: summary.stopped_early,
+                lr_find_suggestion: lr_found,
+                peak_lr,
+                ema_min_ade,
             });
         };
         profiler.training_done();
@@ -509,6 +592,9 @@ impl BackendTask for Quickstart {
             skipped_steps: Some(summary.counters.skipped_steps),
             loss_scale: trainer.loss_scaler().map(|scaler| scaler.scale()),
             stopped_early: summary.stopped_early,
+            lr_find_suggestion: lr_found,
+            peak_lr,
+            ema_min_ade,
         })
     }
 }
@@ -569,9 +655,12 @@ fn main() -> anyhow::Result<()> {
     );
     ensure!(
         args.trainer == TrainerKind::Kiln
-            || (args.log_dir.is_none() && args.early_stopping_patience.is_none()),
-        "--trainer plain-burn has no loggers or callbacks (--log-dir and \
-         --early-stopping-patience are kiln-ml-train's)"
+            || (args.log_dir.is_none()
+                && args.early_stopping_patience.is_none()
+                && !args.lr_find
+                && args.ema.is_none()),
+        "--trainer plain-burn has no loggers, callbacks, LR finder or EMA (--log-dir, \
+         --early-stopping-patience, --lr-find and --ema are kiln-ml-train's)"
     );
     ensure!(
         args.trainer == TrainerKind::Kiln || args.optimizer == OptimizerKind::Adam,
@@ -611,6 +700,9 @@ fn main() -> anyhow::Result<()> {
         skipped_steps,
         loss_scale,
         stopped_early,
+        lr_find_suggestion,
+        peak_lr,
+        ema_min_ade,
     } = selection.run(Quickstart {
         args: args.clone(),
         probe,
@@ -716,6 +808,9 @@ fn main() -> anyhow::Result<()> {
             "loss_scale": loss_scale,
             "stopped_early": stopped_early.is_some(),
             "stopped_after_epoch": stopped_early,
+            "lr_find_suggestion": lr_find_suggestion,
+            "peak_lr": peak_lr,
+            "ema_min_ade": ema_min_ade,
             "best_min_ade": figures.iter().map(|f| f.min_ade).reduce(f64::min),
             "log_dir": args.log_dir,
             "step_ms": step_ms,

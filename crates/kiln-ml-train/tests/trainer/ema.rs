@@ -22,7 +22,7 @@ fn the_average_follows_the_weights_every_n_steps_and_survives_a_checkpoint() {
         .enumerate()
     {
         trainer.train_batch(batch).unwrap();
-        if (index as u64 + 1) % every != 0 {
+        if !(index as u64 + 1).is_multiple_of(every) {
             continue;
         }
         let weights = common::params(trainer.model());
