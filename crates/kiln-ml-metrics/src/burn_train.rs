@@ -2,7 +2,8 @@
 //!
 //! Burn's dashboard shows one number per registered metric, so each [`BurnTrajectoryMetric`]
 //! reports one [`ReportedValue`] of a [`TrajectoryMetrics`] state; register one per number you
-//! want to watch. The model's validation output implements
+//! want to watch, made together with [`BurnTrajectoryMetric::set`] so that a batch is measured
+//! once for all of them. The model's validation output implements
 //! `Adaptor<TrajectoryMetricInput<B>>` to hand over its predictions, as for Burn's own metrics.
 
 use std::marker::PhantomData;
@@ -14,6 +15,7 @@ use burn::train::metric::{
     SerializedEntry, format_float,
 };
 
+use crate::burn_train_batch::SharedBatch;
 use crate::config::MetricsConfig;
 use crate::metric::TrajectoryMetrics;
 use crate::report::MetricReport;
@@ -92,6 +94,8 @@ pub struct BurnTrajectoryMetric<B: Backend> {
     running: TrajectoryMetrics,
     batch: Option<(f64, usize)>,
     last_error: Option<Error>,
+    /// Shared with the other metrics of its set, which measure each batch once between them.
+    shared: SharedBatch,
     _backend: PhantomData<fn() -> B>,
 }
 
@@ -151,8 +155,47 @@ impl<B: Backend> BurnTrajectoryMetric<B> {
             running: TrajectoryMetrics::new(config)?,
             batch: None,
             last_error: None,
+            shared: SharedBatch::default(),
             _backend: PhantomData,
         })
+    }
+
+    /// One dashboard metric per value, at the first horizon and the largest K, that measure
+    /// each batch once between them: register them all in the same `Learner` split (as
+    /// `metric_valid_numeric`, say). Metrics made one by one with [`new`](Self::new) each
+    /// measure every batch themselves.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use kiln_ml_metrics::{BurnTrajectoryMetric, MetricsConfig, ReportedValue};
+    ///
+    /// let [min_ade, min_fde, miss] = BurnTrajectoryMetric::<Flex>::set(
+    ///     MetricsConfig::argoverse2(),
+    ///     [ReportedValue::MinAde, ReportedValue::MinFde, ReportedValue::MissRate],
+    /// )?;
+    /// assert_eq!(miss.name().as_str(), "argoverse2 MR@6");
+    /// # let _ = (min_ade, min_fde);
+    /// # Ok::<(), kiln_ml_metrics::Error>(())
+    /// ```
+    pub fn set<const N: usize>(
+        config: MetricsConfig,
+        values: [ReportedValue; N],
+    ) -> Result<[Self; N]> {
+        let shared = SharedBatch::for_set();
+        let mut metrics = Vec::with_capacity(N);
+        for value in values {
+            let mut metric = Self::new(config.clone(), value)?;
+            metric.shared = shared.clone();
+            metrics.push(metric);
+        }
+        Ok(metrics
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one metric per value")))
+    }
+
+    /// How many batches this metric's set measured (each batch once, whatever the set's size).
+    pub fn batches_measured(&self) -> u64 {
+        self.shared.measurements()
     }
 
     /// The error of the last rejected batch, if the last update was rejected.
@@ -244,12 +287,15 @@ impl<B: Backend> Metric for BurnTrajectoryMetric<B> {
     fn update(
         &mut self,
         input: &TrajectoryMetricInput<B>,
-        _metadata: &MetricMetadata,
+        metadata: &MetricMetadata,
     ) -> SerializedEntry {
-        let mut batch = self.running.clone();
-        batch.reset();
-        match kiln_ml_core::Metric::update(&mut batch, &input.batch) {
-            Ok(()) => {
+        let measured = self.shared.get_or_measure(metadata, || {
+            let mut batch = self.running.clone();
+            batch.reset();
+            kiln_ml_core::Metric::update(&mut batch, &input.batch).map(|()| batch)
+        });
+        match measured {
+            Ok(batch) => {
                 self.running.merge(&batch);
                 let picked = self.pick(&batch);
                 self.batch = Some((picked.value().unwrap_or(f64::NAN), picked.count as usize));
@@ -374,6 +420,42 @@ mod tests {
         );
         assert!(metric.last_error().is_some());
         assert_eq!(metric.running_value().current(), 1.0);
+    }
+
+    fn metadata_at(batch: usize) -> MetricMetadata {
+        let mut metadata = metadata();
+        metadata.progress.items_processed = batch;
+        metadata.iteration = Some(batch);
+        metadata
+    }
+
+    #[test]
+    fn a_set_measures_each_batch_once_and_reports_like_single_metrics() {
+        let values = [
+            ReportedValue::MinAde,
+            ReportedValue::MinFde,
+            ReportedValue::MissRate,
+        ];
+        let mut set =
+            BurnTrajectoryMetric::<Flex>::set(MetricsConfig::argoverse2(), values).unwrap();
+        let mut singles = values.map(|value| {
+            BurnTrajectoryMetric::<Flex>::new(MetricsConfig::argoverse2(), value).unwrap()
+        });
+        for (batch, error) in [1.0, 3.0, 0.5].into_iter().enumerate() {
+            for metric in set.iter_mut().chain(singles.iter_mut()) {
+                metric.update(&input(error), &metadata_at(batch));
+            }
+        }
+        assert_eq!(set[0].batches_measured(), 3);
+        assert_eq!(singles[0].batches_measured(), 3);
+        for (shared, single) in set.iter().zip(&singles) {
+            assert_eq!(
+                shared.running_value().serialize(),
+                single.running_value().serialize()
+            );
+            assert_eq!(shared.value().serialize(), single.value().serialize());
+            assert!(shared.running_value().current() > 0.0);
+        }
     }
 
     #[test]

@@ -44,6 +44,8 @@
 mod batch;
 #[cfg(feature = "burn-train")]
 mod burn_train;
+#[cfg(feature = "burn-train")]
+mod burn_train_batch;
 mod config;
 mod error;
 mod host;
