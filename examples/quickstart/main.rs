@@ -146,7 +146,8 @@ struct Args {
     #[arg(long)]
     lr_find: bool,
     /// Keep an exponential moving average of the weights with this decay (0.999, say) and
-    /// validate it too each epoch (`ema_min_ade` in `--json`). Kiln's trainer only.
+    /// validate it too each epoch (`ema_min_ade` in `--json`); with `--checkpoint-dir`, its
+    /// weights go to `DIR/ema.mpk` at the end. Kiln's trainer only.
     #[arg(long)]
     ema: Option<f64>,
 }
@@ -516,6 +517,12 @@ impl BackendTask for Quickstart {
         progress.finish();
         if let Some(logs) = &logs {
             logs.finish()?;
+        }
+        if let Some(dir) = args.checkpoint_dir.as_ref().filter(|_| args.ema.is_some()) {
+            let path = dir.join("ema.mpk");
+            if trainer.save_ema_weights(&path)? {
+                println!("ema       the averaged weights in {}", path.display());
+            }
         }
         if let Some(epoch) = summary.stopped_early {
             println!(

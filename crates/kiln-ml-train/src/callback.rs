@@ -99,13 +99,28 @@ pub struct EpochContext<'a> {
 pub struct Decision {
     /// Stop training after this epoch (its checkpoint is still written).
     pub stop: bool,
+    /// Write the trainer's checkpoint now (into
+    /// [`TrainerConfig::checkpoint`](crate::TrainerConfig::checkpoint)'s directory, as a
+    /// scheduled one), whatever the schedule says.
+    pub checkpoint: bool,
 }
 
 impl Decision {
     /// Go on training.
-    pub const CONTINUE: Decision = Decision { stop: false };
+    pub const CONTINUE: Decision = Decision {
+        stop: false,
+        checkpoint: false,
+    };
     /// Stop after this epoch.
-    pub const STOP: Decision = Decision { stop: true };
+    pub const STOP: Decision = Decision {
+        stop: true,
+        checkpoint: false,
+    };
+    /// Write the trainer's checkpoint now and go on.
+    pub const CHECKPOINT: Decision = Decision {
+        stop: false,
+        checkpoint: true,
+    };
 }
 
 /// Writes the whole run to a file: what the trainer lends a callback that keeps checkpoints of
@@ -133,7 +148,7 @@ pub trait CheckpointWriter {
 ///         _checkpoints: &dyn CheckpointWriter,
 ///     ) -> kiln_ml_train::Result<Decision> {
 ///         let loss = context.metrics.require("valid/loss", "StopBelow", context.summary.epoch)?;
-///         Ok(Decision { stop: loss < self.0 })
+///         Ok(if loss < self.0 { Decision::STOP } else { Decision::CONTINUE })
 ///     }
 /// }
 /// # let _ = StopBelow(0.1);

@@ -128,6 +128,32 @@ where
         Ok(())
     }
 
+    /// Writes the weights of the moving average ([`ema_model`](Self::ema_model)) alone to
+    /// `path`, atomically, as Burn's named MessagePack with f32 kept: load them into a model
+    /// with `Module::load_file(path, &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+    /// device)` (Burn adds the `.mpk` extension; give `path` one). Returns false, writing
+    /// nothing, while there is no average yet.
+    pub fn save_ema_weights(&self, path: &Path) -> Result<bool> {
+        let Some(ema) = &self.ema else {
+            return Ok(false);
+        };
+        let bytes = Recorder::<B>::record(&Bytes::default(), ema.clone().into_record(), ())
+            .map_err(|error| Error::Record {
+                path: path.to_path_buf(),
+                section: EMA,
+                action: "encoded",
+                message: error.to_string(),
+            })?;
+        kiln_ml_core::write_atomic(path, &bytes, kiln_ml_core::Durability::Synced).map_err(
+            |error| Error::CheckpointIo {
+                path: error.path,
+                action: error.action,
+                source: error.source,
+            },
+        )?;
+        Ok(true)
+    }
+
     /// Restores a run from `path` and returns the data position to continue from.
     ///
     /// The checkpoint must come from a run with the same numerics (precision, accumulation,

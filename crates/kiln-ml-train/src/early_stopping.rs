@@ -85,8 +85,11 @@ impl Callback for EarlyStopping {
         } else {
             self.epochs_without_improvement += 1;
         }
-        Ok(Decision {
-            stop: !improved && self.epochs_without_improvement >= self.patience,
+        let stop = !improved && self.epochs_without_improvement >= self.patience;
+        Ok(if stop {
+            Decision::STOP
+        } else {
+            Decision::CONTINUE
         })
     }
 }

@@ -8,7 +8,7 @@ use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::{Event, Fingerprint, Phase, Position, PositionedBatches};
 
-use crate::callback::{CheckpointWriter, EpochContext};
+use crate::callback::{CheckpointWriter, Decision, EpochContext};
 use crate::first_step::FirstStepWatch;
 use crate::{EpochSummary, Error, FitSummary, Result, TrainStep, Trainer};
 
@@ -110,14 +110,15 @@ where
             summary.elapsed = started.elapsed();
             // After the callback, so what it draws from the host RNG is in the checkpoint.
             on_epoch_end(self, &summary)?;
-            let stop = self.run_callbacks(&summary)?;
-            // A stopped run writes its last checkpoint whatever the schedule.
-            if stop {
+            let decision = self.run_callbacks(&summary)?;
+            // A stopped run writes its last checkpoint whatever the schedule, as does one a
+            // callback asked for.
+            if decision.stop || decision.checkpoint {
                 self.write_scheduled_checkpoint()?;
             } else {
                 self.checkpoint_if_due(true)?;
             }
-            if stop {
+            if decision.stop {
                 stopped_early = Some(epoch);
                 break;
             }
@@ -134,9 +135,9 @@ where
         })
     }
 
-    /// Runs the callbacks on the epoch that just ended; returns whether one asked to stop.
+    /// Runs the callbacks on the epoch that just ended; returns what any of them asked for.
     /// Every callback runs (each keeps its own state), whatever an earlier one decided.
-    fn run_callbacks(&mut self, summary: &EpochSummary) -> Result<bool> {
+    fn run_callbacks(&mut self, summary: &EpochSummary) -> Result<Decision> {
         let mut callbacks = std::mem::take(&mut self.callbacks);
         let metrics = std::mem::take(&mut self.epoch_metrics);
         let context = EpochContext {
@@ -144,11 +145,14 @@ where
             metrics: &metrics,
             step: self.counters.optimizer_steps,
         };
-        let mut stop = false;
+        let mut asked = Decision::CONTINUE;
         let mut result = Ok(());
         for callback in &mut callbacks {
             match callback.on_epoch_end(&context, self) {
-                Ok(decision) => stop |= decision.stop,
+                Ok(decision) => {
+                    asked.stop |= decision.stop;
+                    asked.checkpoint |= decision.checkpoint;
+                }
                 Err(error) => {
                     result = Err(error);
                     break;
@@ -157,7 +161,7 @@ where
         }
         self.callbacks = callbacks;
         self.epoch_metrics = metrics;
-        result.map(|()| stop)
+        result.map(|()| asked)
     }
 
     /// After an optimizer step of a `fit`: when it is the first (the watch still runs), waits

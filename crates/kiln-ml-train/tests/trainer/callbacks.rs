@@ -6,8 +6,8 @@ use burn::backend::{Autodiff, Flex};
 use kiln_ml_core::Event;
 use kiln_ml_testkit::RecordingObserver;
 use kiln_ml_train::{
-    BestCheckpoints, Callback, CheckpointConfig, EarlyStopping, Error, FitSummary, Mode, Result,
-    TrainerConfig, list_checkpoints,
+    BestCheckpoints, Callback, CheckpointConfig, CheckpointWriter, Decision, EarlyStopping,
+    EpochContext, Error, FitSummary, Mode, Result, TrainerConfig, list_checkpoints,
 };
 
 use crate::common::{self, Batch};
@@ -105,6 +105,45 @@ fn best_checkpoints_keep_the_best_k_by_the_metric() {
     let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, TrainerConfig::new());
     let position = trainer.load_checkpoint(&ranked[0].path).unwrap();
     assert_eq!(position, kiln_ml_core::Position::start_of(4));
+}
+
+/// Asks for a checkpoint after epoch 1 only.
+struct CheckpointAfterEpochOne;
+
+impl Callback for CheckpointAfterEpochOne {
+    fn on_epoch_end(
+        &mut self,
+        context: &EpochContext<'_>,
+        _checkpoints: &dyn CheckpointWriter,
+    ) -> Result<Decision> {
+        Ok(if context.summary.epoch == 1 {
+            Decision::CHECKPOINT
+        } else {
+            Decision::CONTINUE
+        })
+    }
+}
+
+#[test]
+fn a_callback_can_ask_for_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut checkpoints = CheckpointConfig::new(dir.path()).with_every_steps(1000);
+    checkpoints.at_epoch_end = false;
+    let config = TrainerConfig::new()
+        .with_num_epochs(3)
+        .with_checkpoint(Some(checkpoints));
+    let (summary, recorder) = fit_logging(config, &[1.0, 1.0, 1.0], CheckpointAfterEpochOne);
+    assert_eq!(summary.unwrap().stopped_early, None);
+    assert_eq!(list_checkpoints(dir.path()).unwrap().len(), 1);
+    let saved: Vec<u64> = recorder
+        .events()
+        .iter()
+        .filter_map(|event| match event {
+            Event::CheckpointSaved { step, .. } => Some(*step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(saved, [6]);
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The moving average of the weights: its arithmetic, its validation, its checkpoint.
 
 use burn::backend::{Autodiff, Flex};
+use burn::module::Module;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use kiln_ml_testkit::MeanMetric;
 use kiln_ml_train::{EmaConfig, TrainerConfig};
 
@@ -72,4 +74,13 @@ fn the_average_follows_the_weights_every_n_steps_and_survives_a_checkpoint() {
         .unwrap()
         .unwrap();
     assert_eq!(again, with_average);
+
+    // The average's weights alone, for export, load into a plain model.
+    let weights = dir.path().join("ema.mpk");
+    assert!(resumed.save_ema_weights(&weights).unwrap());
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let loaded = common::model::<B>(&device, 7)
+        .load_file(dir.path().join("ema"), &recorder, &device)
+        .unwrap();
+    assert_eq!(common::params(&loaded), average);
 }
