@@ -230,7 +230,7 @@ where
         }
         self.model = Some(model);
         // Loaded values carry no autodiff graph; restarted from the weights when absent.
-        self.ema = ema.map(|ema| crate::ema::ema_update(ema.clone(), &ema, 0.0));
+        self.ema = ema.as_ref().map(crate::ema::ema_start);
         self.optim = self.optim.clone().load_record(optimizer_record);
         self.scheduler = self.scheduler.clone().load_record::<B>(scheduler_record);
         if let (Some(scaler), Some(saved)) = (self.scaler.as_mut(), state.loss_scaler) {

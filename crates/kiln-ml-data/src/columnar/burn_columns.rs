@@ -50,6 +50,8 @@ pub struct BurnColumnar<B: Backend, T, O> {
     batcher: Arc<T>,
     device: B::Device,
     creation: TensorCreation,
+    /// `creation` resolved for the device once, not per batch (`B::name` formats a string).
+    on_consumer: bool,
     output: PhantomData<fn() -> O>,
 }
 
@@ -57,6 +59,7 @@ impl<B: Backend, T, O> BurnColumnar<B, T, O> {
     /// Collates with `batcher`, creating batches on `device` ([`TensorCreation::Auto`]).
     pub fn new(batcher: T, device: B::Device) -> Self {
         Self {
+            on_consumer: TensorCreation::Auto.on_consumer::<B>(&device),
             batcher: Arc::new(batcher),
             device,
             creation: TensorCreation::Auto,
@@ -67,6 +70,7 @@ impl<B: Backend, T, O> BurnColumnar<B, T, O> {
     /// Runs the batcher on the thread `creation` says (the gathering stays on the workers).
     pub fn with_tensor_creation(mut self, creation: TensorCreation) -> Self {
         self.creation = creation;
+        self.on_consumer = creation.on_consumer::<B>(&self.device);
         self
     }
 
@@ -97,7 +101,7 @@ where
     }
 
     fn stage(&self, rows: Vec<ArrowRow>) -> Staged<O> {
-        if !self.creation.on_consumer::<B>(&self.device) {
+        if !self.on_consumer {
             return Staged::ready(self.collate(rows));
         }
         let columns = gather(&rows);

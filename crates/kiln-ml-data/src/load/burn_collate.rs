@@ -42,6 +42,8 @@ pub struct BurnCollate<B: Backend, T, O> {
     batcher: Arc<T>,
     device: B::Device,
     creation: TensorCreation,
+    /// `creation` resolved for the device once, not per batch (`B::name` formats a string).
+    on_consumer: bool,
     output: PhantomData<fn() -> O>,
 }
 
@@ -49,6 +51,7 @@ impl<B: Backend, T, O> BurnCollate<B, T, O> {
     /// Collates with `batcher`, creating batches on `device` ([`TensorCreation::Auto`]).
     pub fn new(batcher: T, device: B::Device) -> Self {
         Self {
+            on_consumer: TensorCreation::Auto.on_consumer::<B>(&device),
             batcher: Arc::new(batcher),
             device,
             creation: TensorCreation::Auto,
@@ -59,6 +62,7 @@ impl<B: Backend, T, O> BurnCollate<B, T, O> {
     /// Runs the batcher on the thread `creation` says.
     pub fn with_tensor_creation(mut self, creation: TensorCreation) -> Self {
         self.creation = creation;
+        self.on_consumer = creation.on_consumer::<B>(&self.device);
         self
     }
 
@@ -79,6 +83,7 @@ impl<B: Backend, T, O> Clone for BurnCollate<B, T, O> {
             batcher: Arc::clone(&self.batcher),
             device: self.device.clone(),
             creation: self.creation,
+            on_consumer: self.on_consumer,
             output: PhantomData,
         }
     }
@@ -106,7 +111,7 @@ where
     }
 
     fn stage(&self, items: Vec<I>) -> Staged<O> {
-        if !self.creation.on_consumer::<B>(&self.device) {
+        if !self.on_consumer {
             return Staged::ready(self.collate(items));
         }
         let batcher = Arc::clone(&self.batcher);
