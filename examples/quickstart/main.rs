@@ -37,9 +37,9 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
 use kiln_ml::backend::BackendTask;
 use kiln_ml::cache::{Cached, DiskCache};
-use kiln_ml::core::{BlockLayout, PlanRequest, Sampler};
+use kiln_ml::core::{BlockLayout, Metric, PlanRequest, Sampler};
 use kiln_ml::data::{BurnCollate, LoaderConfig, ParquetSource};
-use kiln_ml::metrics::MetricsConfig;
+use kiln_ml::metrics::{DeviceTrajectoryMetrics, MetricsConfig};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
 use kiln_ml::train::{
     BestCheckpoints, CheckpointConfig, EarlyStopping, EmaConfig, EpochSummary, GradientClipping,
@@ -437,6 +437,9 @@ impl BackendTask for Quickstart {
                 ema_min_ade: None,
             });
         }
+        // kiln's trainer validates with the metrics measured on the device and read back once
+        // per pass (the plain Burn loop above reads each batch back, as before).
+        let mut metrics = DeviceTrajectoryMetrics::<B::InnerBackend>::from_metrics(metrics);
         let mut trainer = config.init(model, args.optimizer.init(), scheduler, device)?;
         if let Some(dir) = &args.checkpoint_dir
             && let Some(latest) = latest_checkpoint(dir)?

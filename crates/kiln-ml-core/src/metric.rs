@@ -60,6 +60,15 @@ pub trait Metric<Input: ?Sized> {
 
     /// Forgets everything accumulated.
     fn reset(&mut self);
+
+    /// Brings in what [`update`](Metric::update) left in flight: a metric measured on a device
+    /// may queue its reductions there and read them all back here, once, instead of once per
+    /// input. An input found invalid only now is reported here. Call it before
+    /// [`compute`](Metric::compute) at the end of a pass (kiln-ml-train's validation does);
+    /// metrics that finish each input in `update` keep this default, which does nothing.
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 impl<Input: ?Sized, M: Metric<Input>> Metric<Input> for &mut M {
@@ -77,6 +86,9 @@ impl<Input: ?Sized, M: Metric<Input>> Metric<Input> for &mut M {
     fn reset(&mut self) {
         (**self).reset()
     }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        (**self).flush()
+    }
 }
 
 impl<Input: ?Sized, M: Metric<Input>> Metric<Input> for Box<M> {
@@ -93,5 +105,8 @@ impl<Input: ?Sized, M: Metric<Input>> Metric<Input> for Box<M> {
     }
     fn reset(&mut self) {
         (**self).reset()
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        (**self).flush()
     }
 }

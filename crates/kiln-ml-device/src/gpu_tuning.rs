@@ -44,6 +44,8 @@ pub struct GpuTuning {
     cache_dir: PathBuf,
     autotune_level: AutotuneLevel,
     kernel_log: bool,
+    /// Where CubeCL logs every kernel launch, if anywhere (see [`LaunchLog`](crate::LaunchLog)).
+    launch_log: Option<PathBuf>,
     /// The device model the compiled kernels are for: CubeCL's kernel cache does not tell GPU
     /// architectures apart, so each model gets its own folder.
     device: Option<String>,
@@ -81,6 +83,7 @@ impl GpuTuning {
             cache_dir: default_cache_root().join("cubecl"),
             autotune_level,
             kernel_log: true,
+            launch_log: None,
             device: None,
         })
     }
@@ -118,6 +121,19 @@ impl GpuTuning {
     pub fn with_kernel_log(mut self, on: bool) -> Self {
         self.kernel_log = on;
         self
+    }
+
+    /// Logs every kernel launch to `path`, one `Executing NAME` line each (CubeCL's profiling
+    /// logger at its minimal level), for [`LaunchLog`](crate::LaunchLog) to count. Off by
+    /// default: a line written per launch slows the host down, so count in untimed runs.
+    pub fn with_launch_log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.launch_log = Some(path.into());
+        self
+    }
+
+    /// The launch log's path, when it is on.
+    pub fn launch_log(&self) -> Option<&Path> {
+        self.launch_log.as_deref()
     }
 
     /// Where the caches live.
@@ -162,6 +178,7 @@ impl GpuTuning {
         use cubecl::config::autotune::{AutotuneLevel as Level, AutotuneLogLevel};
         use cubecl::config::cache::CacheConfig;
         use cubecl::config::compilation::CompilationLogLevel;
+        use cubecl::config::profiling::ProfilingLogLevel;
         use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 
         // A cubecl.toml or burn.toml above the current directory is read first, then kiln's
@@ -182,6 +199,13 @@ impl GpuTuning {
             config.compilation.logger.file = Some(log.clone());
             config.autotune.logger.level = AutotuneLogLevel::Minimal;
             config.autotune.logger.file = Some(log);
+        }
+        if let Some(log) = &self.launch_log {
+            if let Some(parent) = log.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            config.profiling.logger.level = ProfilingLogLevel::Minimal;
+            config.profiling.logger.file = Some(log.clone());
         }
         let config = config.override_from_env();
         let mut storage = CubeClRuntimeConfig::storage().lock();
@@ -211,6 +235,9 @@ impl std::fmt::Display for GpuTuning {
         )?;
         if let Some(log) = self.kernel_log() {
             write!(f, ", kernel log {}", log.display())?;
+        }
+        if let Some(log) = &self.launch_log {
+            write!(f, ", launch log {}", log.display())?;
         }
         Ok(())
     }

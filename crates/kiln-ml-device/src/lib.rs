@@ -37,6 +37,7 @@
 mod auto;
 mod cuda;
 mod gpu_tuning;
+mod launch_log;
 mod preference;
 mod select;
 mod select_error;
@@ -46,6 +47,7 @@ mod vulkan;
 pub use auto::{AutoPick, auto_pick, best_gpu_adapter};
 pub use cuda::{CudaStatus, cuda_status};
 pub use gpu_tuning::{GpuTuning, GpuTuningError};
+pub use launch_log::{LaunchLog, Launches};
 pub use preference::DevicePreference;
 pub use select::select;
 pub use select_error::SelectError;

@@ -167,6 +167,7 @@ impl<B: Backend> BurnTrajectoryMetric<B> {
     ///
     /// ```
     /// use burn::backend::Flex;
+    /// use burn::train::metric::Metric;
     /// use kiln_ml_metrics::{BurnTrajectoryMetric, MetricsConfig, ReportedValue};
     ///
     /// let [min_ade, min_fde, miss] = BurnTrajectoryMetric::<Flex>::set(

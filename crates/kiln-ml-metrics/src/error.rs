@@ -142,4 +142,13 @@ pub enum Error {
         /// The backend's message.
         reason: String,
     },
+    /// An input found invalid when its measurements were read back, after later batches were
+    /// queued ([`DeviceTrajectoryMetrics`](crate::DeviceTrajectoryMetrics)).
+    #[error("batch {batch} of the pass (counted from 0): {source}")]
+    InBatch {
+        /// The batch's index among those updated since the last reset.
+        batch: u64,
+        /// What was wrong with it.
+        source: Box<Error>,
+    },
 }

@@ -82,7 +82,7 @@ pub use precision_sums::{MatchOutcome, MatchSample, PrecisionBucket, PrecisionSu
 pub use report::{HorizonReport, MetricReport, TopKReport};
 pub use scene_boxes::{BOX_VALUES, SceneBoxes};
 pub use sums::{HorizonSums, Mean, MetricSums, TopKSums};
-pub use tensor::TensorTrajectoryBatch;
+pub use tensor::{DEFAULT_MAX_IN_FLIGHT, DeviceTrajectoryMetrics, TensorTrajectoryBatch};
 pub use trajectory_type::{TRAJECTORY_TYPES, TrackState, TrajectoryType};
 
 /// The README's examples, compiled and run as doctests so that they cannot drift from the API.

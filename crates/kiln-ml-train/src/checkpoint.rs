@@ -229,6 +229,7 @@ where
             });
         }
         self.model = Some(model);
+        self.model_generation += 1;
         // Loaded values carry no autodiff graph; restarted from the weights when absent.
         self.ema = ema.as_ref().map(crate::ema::ema_start);
         self.optim = self.optim.clone().load_record(optimizer_record);

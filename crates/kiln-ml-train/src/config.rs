@@ -122,13 +122,15 @@ pub struct TrainerConfig {
     /// the device, so f32 and bf16 steps do none by default; f16 steps read loss and gradient
     /// norm back every step anyway, for the loss scaler. Default 0.
     pub read_loss_every: u64,
-    /// After this many optimizer steps in a row without a readback, wait for the device (a
-    /// device sync, not a readback: nothing is copied, but the host does stop until the queue
-    /// drains; [`Counters::device_waits`](crate::Counters::device_waits) counts them). This is
-    /// the bounded run-ahead CUDA's launch queue gives PyTorch: without a bound the queue grows
-    /// for the whole epoch, and when the device shares the host's cores (lavapipe) that costs
-    /// more than it saves. 0 never waits. A step that reads back resets the count. Default 2:
-    /// one wait every second step when no step reads back.
+    /// How many optimizer steps the host may have queued on the device: once this many are
+    /// queued without a readback, the host waits for the oldest to finish (through a read of
+    /// its loss started when it was queued), while the later ones stay queued, so the device is
+    /// never left idle between steps ([`Counters::lagged_waits`](crate::Counters::lagged_waits)
+    /// counts these waits; none is a device sync). This is the bounded run-ahead CUDA's launch
+    /// queue gives PyTorch: without a bound the queue grows for the whole epoch, and when the
+    /// device shares the host's cores (lavapipe) that costs more than it saves. 0 never waits;
+    /// 1 waits for every step as it is queued. A step that reads back empties the count.
+    /// Default 2: the host queues a step while the one before it runs.
     pub max_queued_steps: u64,
     /// Check the loss of every micro-batch and the gradients of every step, and stop with an
     /// error naming the step on NaN or inf (one extra host sync per micro-batch). Default false.

@@ -27,11 +27,12 @@ pub struct Counters {
     /// counted.
     #[serde(default)]
     pub readbacks: u64,
-    /// Device syncs the run-ahead bound made
-    /// ([`max_queued_steps`](crate::TrainerConfig::max_queued_steps)): the host waited for the
-    /// device to drain its queue, but copied nothing back.
+    /// Waits of the run-ahead bound
+    /// ([`max_queued_steps`](crate::TrainerConfig::max_queued_steps)): the host waited for a
+    /// step queued earlier to finish, while the later ones stayed queued (the device's queue is
+    /// not drained; nothing is copied but that step's loss).
     #[serde(default)]
-    pub device_waits: u64,
+    pub lagged_waits: u64,
 }
 
 /// What one call of [`Trainer::train_batch`](crate::Trainer::train_batch) did.

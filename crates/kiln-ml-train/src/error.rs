@@ -189,6 +189,15 @@ pub enum Error {
         /// The metric's error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A metric's read-back at the end of a validation pass failed: a device error, or an
+    /// output found invalid only then (the metric's error names the batch).
+    #[error("metric failed reading back the validation pass of {batches} batches: {source}")]
+    MetricFlush {
+        /// Batches in the pass.
+        batches: u64,
+        /// The metric's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A callback monitors a metric that the epoch did not log.
     #[error(
         "{callback} monitors `{metric}`, which epoch {epoch} did not log (logged: {logged}); log it with `Trainer::log_metric` in the end-of-epoch callback of `fit_with`"

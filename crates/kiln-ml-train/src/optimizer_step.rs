@@ -12,6 +12,7 @@ use crate::clipping::{
     clip_coefficient, clip_factor_on_device, scale_grads, scale_grads_by, squared_grad_norm,
 };
 use crate::grad_sync::all_reduce_window;
+use crate::step_hints::{self, StepHints};
 use crate::trainer::LastLoss;
 use crate::{Error, GradientClipping, LossNormalization, Result, TrainStep, Trainer};
 
@@ -62,7 +63,7 @@ where
                 &self.device,
             )
             .map_err(|message| membership.error("the all-reduce of the gradients", message))?;
-            self.queued_steps = 0;
+            self.settle_run_ahead()?;
             let divisor = Divisor::Reduced(reduced.counts);
             self.step_with_readback(step, reduced.grads, reduced.loss_sum, divisor, loss_scale)?
         } else {
@@ -75,13 +76,13 @@ where
                 .loss_sum
                 .expect("an optimizer step runs only on a window with micro-batches");
             if self.reads_back(step) {
-                self.queued_steps = 0;
+                self.settle_run_ahead()?;
                 let divisor = Divisor::Known(divisor);
                 self.step_with_readback(step, grads, loss_sum, divisor, loss_scale)?
             } else {
                 let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
-                let outcome = self.step_on_device(grads, loss_sum, divisor, unscale);
-                self.bound_run_ahead()?;
+                let outcome = self.step_on_device(grads, loss_sum.clone(), divisor, unscale)?;
+                self.bound_run_ahead(loss_sum)?;
                 outcome
             }
         };
@@ -202,9 +203,19 @@ where
             .model
             .take()
             .expect("the model is present between steps");
-        scale_grads::<B, M>(&model, &mut grads, factor, max_abs);
+        let hints = if self.takes_hints() && max_abs.is_none() {
+            // A fused optimizer multiplies the gradients in its own pass.
+            StepHints {
+                factor,
+                max_norm: None,
+                generation: self.model_generation,
+            }
+        } else {
+            scale_grads::<B, M>(&model, &mut grads, factor, max_abs);
+            StepHints::nothing(self.model_generation)
+        };
         let learning_rate = self.scheduler.step();
-        self.model = Some(self.optim.step(learning_rate, model, grads));
+        self.step_optimizer(learning_rate, model, grads, hints)?;
         Ok(Outcome {
             outcome: StepOutcome::Applied,
             learning_rate,
@@ -222,44 +233,108 @@ where
         loss_sum: Tensor<B::InnerBackend, 1>,
         divisor: f64,
         unscale: f64,
-    ) -> Outcome {
+    ) -> Result<Outcome> {
         let model = self
             .model
             .take()
             .expect("the model is present between steps");
-        match self.config.clipping {
+        let generation = self.model_generation;
+        let hints = match self.config.clipping {
+            // A fused optimizer unscales and clips in its own pass: one reduction over its
+            // gradient buckets, the coefficient applied on the device.
+            Some(GradientClipping::Norm { max_norm }) if self.takes_hints() => StepHints {
+                factor: unscale,
+                max_norm: Some(max_norm),
+                generation,
+            },
+            None if self.takes_hints() => StepHints {
+                factor: unscale,
+                max_norm: None,
+                generation,
+            },
             Some(GradientClipping::Norm { max_norm }) => {
                 if let Some(squared) = squared_grad_norm::<B, M>(&model, &grads) {
                     let factor = clip_factor_on_device(squared, unscale, max_norm);
                     scale_grads_by::<B, M>(&model, &mut grads, factor);
                 }
+                StepHints::nothing(generation)
             }
             Some(GradientClipping::Value { max_abs }) => {
                 scale_grads::<B, M>(&model, &mut grads, unscale, Some(max_abs));
+                StepHints::nothing(generation)
             }
-            None => scale_grads::<B, M>(&model, &mut grads, unscale, None),
-        }
+            None => {
+                scale_grads::<B, M>(&model, &mut grads, unscale, None);
+                StepHints::nothing(generation)
+            }
+        };
         let learning_rate = self.scheduler.step();
-        self.model = Some(self.optim.step(learning_rate, model, grads));
+        self.step_optimizer(learning_rate, model, grads, hints)?;
         self.last_loss = Some(LastLoss::OnDevice(loss_sum.div_scalar(divisor)));
-        Outcome {
+        Ok(Outcome {
             outcome: StepOutcome::Applied,
             learning_rate,
             loss: None,
             grad_norm: None,
-        }
+        })
     }
 
-    /// Waits for the device once `max_queued_steps` steps were queued without a readback.
-    fn bound_run_ahead(&mut self) -> Result<()> {
-        self.queued_steps += 1;
-        let limit = self.config.max_queued_steps;
-        if limit == 0 || self.queued_steps < limit {
-            return Ok(());
+    /// Whether the optimizer takes the trainer's step hints: a kiln fused optimizer, which
+    /// then unscales and clips the gradients itself.
+    fn takes_hints(&self) -> bool {
+        self.fused_optimizer == Some(true)
+    }
+
+    /// Steps the optimizer with `hints` offered (see `step_hints`) and learns from whether it
+    /// took them which kind of optimizer it is. The model is back in place on every path.
+    fn step_optimizer(
+        &mut self,
+        learning_rate: f64,
+        model: M,
+        grads: GradientsParams,
+        hints: StepHints,
+    ) -> Result<()> {
+        let delegated = hints != StepHints::nothing(hints.generation);
+        step_hints::offer(hints);
+        self.model = Some(self.optim.step(learning_rate, model, grads));
+        let taken = step_hints::withdraw();
+        if delegated && !taken {
+            self.fused_optimizer = Some(false);
+            return Err(Error::InvalidConfig {
+                field: "optimizer",
+                value: "an optimizer that took the trainer's gradient scaling before".to_owned(),
+                reason: "it did not take it at this step, which was applied without unscaling \
+                         or clipping; a fused kiln optimizer must stay one for the whole run"
+                    .to_owned(),
+            });
         }
-        self.queued_steps = 0;
-        self.counters.device_waits += 1;
-        crate::observers::sync::<B>(&self.device, "the run-ahead bound's device sync")
+        self.fused_optimizer = Some(taken);
+        Ok(())
+    }
+
+    /// Waits for the steps queued before a readback (which waits for them anyway).
+    fn settle_run_ahead(&mut self) -> Result<()> {
+        self.run_ahead.settle().map_err(|message| Error::Device {
+            during: "the wait for the queued steps before a readback",
+            message,
+        })
+    }
+
+    /// Records the step just queued (its loss sum tells when it ended) and, once
+    /// `max_queued_steps` steps are queued, waits for the oldest to finish: the device keeps the
+    /// later ones queued (see [`RunAhead`](crate::run_ahead::RunAhead)).
+    fn bound_run_ahead(&mut self, loss_sum: Tensor<B::InnerBackend, 1>) -> Result<()> {
+        let waited = self
+            .run_ahead
+            .queued(loss_sum, self.config.max_queued_steps)
+            .map_err(|message| Error::Device {
+                during: "the run-ahead bound's wait for an earlier step",
+                message,
+            })?;
+        if waited {
+            self.counters.lagged_waits += 1;
+        }
+        Ok(())
     }
 }
 

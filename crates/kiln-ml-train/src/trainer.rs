@@ -14,6 +14,7 @@ use crate::clipping::read_scalar;
 use crate::observers::Observers;
 use crate::precision_policy::CastPlan;
 use crate::replica::Membership;
+use crate::run_ahead::RunAhead;
 use crate::skip_monitor::SkipMonitor;
 use crate::window::Window;
 use crate::{
@@ -58,8 +59,9 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) check_data_key: bool,
     pub(crate) epoch_started: bool,
     pub(crate) last_loss: Option<LastLoss<B>>,
-    /// Optimizer steps queued since the host last waited for the device.
-    pub(crate) queued_steps: u64,
+    /// Optimizer steps queued since the host last waited for the device, with the reads that
+    /// tell when each ended.
+    pub(crate) run_ahead: RunAhead,
     /// What the per-step low-precision copy keeps in f32; `None` in f32 mode.
     pub(crate) cast_plan: Option<CastPlan>,
     pub(crate) host_rng: ChaCha8Rng,
@@ -74,6 +76,12 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) epoch_metrics: EpochMetrics,
     /// The moving average of the weights, once the first update made it.
     pub(crate) ema: Option<M>,
+    /// Whether the optimizer takes the trainer's step hints (a kiln fused optimizer), once a
+    /// step told (see `step_hints`).
+    pub(crate) fused_optimizer: Option<bool>,
+    /// Changes whenever the model changes other than through an optimizer step, so a fused
+    /// optimizer does not reuse parameter buckets of an older model.
+    pub(crate) model_generation: u64,
 }
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -131,7 +139,7 @@ where
             check_data_key: false,
             epoch_started: false,
             last_loss: None,
-            queued_steps: 0,
+            run_ahead: RunAhead::new(),
             cast_plan,
             host_rng: rng::host_rng(config.seed),
             observers: Observers::new(config.sync_phase_timing),
@@ -140,6 +148,8 @@ where
             callbacks: Vec::new(),
             epoch_metrics: EpochMetrics::default(),
             ema: None,
+            fused_optimizer: None,
+            model_generation: 0,
             config,
             device,
         })

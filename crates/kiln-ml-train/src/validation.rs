@@ -84,6 +84,7 @@ where
             self.counters.optimizer_steps,
             &self.device,
         )?;
+        let mut count = 0;
         for (index, batch) in (0..limit).zip(batches) {
             let output = model.step(batch, &self.autocast);
             metric
@@ -92,7 +93,13 @@ where
                     batch: index,
                     source: Box::new(error),
                 })?;
+            count = index + 1;
         }
+        // A metric measured on the device reads the whole pass back here, once.
+        metric.flush().map_err(|error| Error::MetricFlush {
+            batches: count,
+            source: Box::new(error),
+        })?;
         self.observers.end::<B>(started, &self.device)?;
         Ok(metric.compute())
     }

@@ -14,6 +14,7 @@ use crate::policy::ProbabilityCheck;
 use crate::tensor::TensorTrajectoryBatch;
 
 /// One field's per-prediction violation counts.
+#[derive(Clone)]
 pub(crate) struct Check<B: Backend> {
     pub field: &'static str,
     pub flags: Tensor<B, 1>,

@@ -7,7 +7,7 @@ use crate::config::MetricsConfig;
 use crate::policy::{ModeSelection, Pruning, TieOrder};
 use crate::sums::{Mean, MetricSums};
 use crate::tensor::TensorTrajectoryBatch;
-use crate::tensor::locate::{checks, locate_error};
+use crate::tensor::locate::{Check, checks, locate_error};
 use crate::tensor::mode_errors::{DeviceErrors, Displacements, horizon_errors};
 use crate::{Error, Result};
 
@@ -15,11 +15,103 @@ use crate::{Error, Result};
 /// block sums in `f64`, which keeps `f32` rounding near that of the host path.
 const BLOCK: usize = 256;
 
-/// Measures one batch on its device and returns its sums (or the first invalid value).
+/// Measures one batch on its device and returns its sums (or the first invalid value): one
+/// read-back.
 pub(crate) fn measure_tensors<B: Backend>(
     config: &MetricsConfig,
     batch: &TensorTrajectoryBatch<B>,
 ) -> Result<MetricSums> {
+    let launched = launch(config, batch)?;
+    let totals = match &launched.block_sums {
+        Some(partial) => {
+            let data = partial
+                .clone()
+                .try_into_data()
+                .map_err(|error| Error::Device {
+                    reason: error.to_string(),
+                })?;
+            launched.totals(&data.iter::<f64>().collect::<Vec<_>>())
+        }
+        None => Vec::new(),
+    };
+    launched.finish(config, batch, &totals)
+}
+
+/// A batch's measurement queued on its device, not read back yet: the block sums of its rows
+/// (`None` for an empty batch) and what the host needs to turn their totals into sums.
+#[derive(Clone)]
+pub(crate) struct Launched<B: Backend> {
+    /// `[rows, blocks]`: each row summed in blocks of [`BLOCK`] predictions.
+    pub(crate) block_sums: Option<Tensor<B, 2>>,
+    units: usize,
+    per_prediction: usize,
+    checks: Vec<Check<B>>,
+    slots: Vec<Slot>,
+    sums: MetricSums,
+}
+
+impl<B: Backend> Launched<B> {
+    /// One total per row from the block sums read back (`[rows, blocks]`, row-major), added
+    /// in `f64`.
+    pub(crate) fn totals(&self, block_sums: &[f64]) -> Vec<f64> {
+        let blocks = self.units.div_ceil(BLOCK).max(1);
+        block_sums
+            .chunks_exact(blocks)
+            .map(|row| row.iter().sum())
+            .collect()
+    }
+
+    /// The batch's sums from its row totals, or the first invalid value (located in `batch`).
+    pub(crate) fn finish(
+        self,
+        config: &MetricsConfig,
+        batch: &TensorTrajectoryBatch<B>,
+        totals: &[f64],
+    ) -> Result<MetricSums> {
+        let Launched {
+            units,
+            per_prediction,
+            checks,
+            slots,
+            mut sums,
+            ..
+        } = self;
+        if units == 0 {
+            return Ok(sums);
+        }
+        for (check, &flagged) in checks.iter().zip(totals) {
+            if flagged > 0.0
+                && let Some(error) = locate_error(config, batch, check)
+            {
+                return Err(error);
+            }
+        }
+        for horizon in &mut sums.horizons {
+            horizon.units = units as u64;
+        }
+        for (&slot, pair) in slots.iter().zip(totals[checks.len()..].chunks_exact(2)) {
+            let units = pair[1].round() as u64;
+            let count = match slot {
+                Slot::ActorMiss(..) => units * per_prediction as u64,
+                _ => units,
+            };
+            if let Some(mean) = mean_at(&mut sums, slot) {
+                *mean = Mean {
+                    sum: pair[0],
+                    count,
+                };
+            }
+        }
+        Ok(sums)
+    }
+}
+
+/// Queues one batch's measurement on its device (see [`Launched`]); checks shapes and the
+/// configuration on the host first.
+pub(crate) fn launch<B: Backend>(
+    config: &MetricsConfig,
+    batch: &TensorTrajectoryBatch<B>,
+) -> Result<Launched<B>> {
     let (n, k, steps) = (batch.agents(), batch.modes(), batch.steps());
     let per_prediction = config.agents_per_prediction;
     if !n.is_multiple_of(per_prediction) {
@@ -57,9 +149,16 @@ pub(crate) fn measure_tensors<B: Backend>(
         .enumerate()
         .map(|(index, horizon)| horizon.resolve(index, steps))
         .collect::<Result<Vec<_>>>()?;
-    let mut sums = MetricSums::for_config(config);
+    let sums = MetricSums::for_config(config);
     if units == 0 {
-        return Ok(sums);
+        return Ok(Launched {
+            block_sums: None,
+            units,
+            per_prediction,
+            checks: Vec::new(),
+            slots: Vec::new(),
+            sums,
+        });
     }
 
     let checks = checks(config, batch);
@@ -114,31 +213,14 @@ pub(crate) fn measure_tensors<B: Backend>(
         }
     }
 
-    let totals = read_block_sums(rows, units)?;
-    for (check, &flagged) in checks.iter().zip(&totals) {
-        if flagged > 0.0
-            && let Some(error) = locate_error(config, batch, check)
-        {
-            return Err(error);
-        }
-    }
-    for horizon in &mut sums.horizons {
-        horizon.units = units as u64;
-    }
-    for (&slot, pair) in slots.iter().zip(totals[checks.len()..].chunks_exact(2)) {
-        let units = pair[1].round() as u64;
-        let count = match slot {
-            Slot::ActorMiss(..) => units * per_prediction as u64,
-            _ => units,
-        };
-        if let Some(mean) = mean_at(&mut sums, slot) {
-            *mean = Mean {
-                sum: pair[0],
-                count,
-            };
-        }
-    }
-    Ok(sums)
+    Ok(Launched {
+        block_sums: Some(block_sums(rows, units)),
+        units,
+        per_prediction,
+        checks,
+        slots,
+        sums,
+    })
 }
 
 /// Where a pair of (value, count) rows goes in the sums.
@@ -301,9 +383,9 @@ fn select<B: Backend>(
     values
 }
 
-/// Stacks the `[P]` rows, sums them in blocks on the device, reads the block sums back once and
-/// adds them up in `f64`: one total per row.
-fn read_block_sums<B: Backend>(rows: Vec<Tensor<B, 1>>, units: usize) -> Result<Vec<f64>> {
+/// Stacks the `[P]` rows and sums them in blocks of [`BLOCK`] on the device: `[rows, blocks]`.
+/// The host adds the blocks in `f64` once they are read back ([`Launched::totals`]).
+fn block_sums<B: Backend>(rows: Vec<Tensor<B, 1>>, units: usize) -> Tensor<B, 2> {
     let count = rows.len();
     let device = rows[0].device();
     let blocks = units.div_ceil(BLOCK);
@@ -312,13 +394,8 @@ fn read_block_sums<B: Backend>(rows: Vec<Tensor<B, 1>>, units: usize) -> Result<
         let padding = Tensor::zeros([count, blocks * BLOCK - units], &device);
         stacked = Tensor::cat(vec![stacked, padding], 1);
     }
-    let partial = stacked.reshape([count, blocks, BLOCK]).sum_dim(2);
-    let data = partial.try_into_data().map_err(|error| Error::Device {
-        reason: error.to_string(),
-    })?;
-    let values: Vec<f64> = data.iter::<f64>().collect();
-    Ok(values
-        .chunks_exact(blocks)
-        .map(|row| row.iter().sum())
-        .collect())
+    stacked
+        .reshape([count, blocks, BLOCK])
+        .sum_dim(2)
+        .reshape([count, blocks])
 }

@@ -12,7 +12,7 @@ mod data_parallel;
 mod debug;
 mod ema;
 mod errors;
-mod fused_adam;
+mod fused_optimizers;
 mod loggers;
 mod lr_finder;
 mod norms;

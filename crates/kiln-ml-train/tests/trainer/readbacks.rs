@@ -94,27 +94,46 @@ fn last_loss_is_read_on_demand<B: AutodiffBackend>(device: B::Device) {
     assert_eq!(trainer.counters().readbacks, 1, "read once, then cached");
 }
 
-/// Without readbacks the host waits for the device every `max_queued_steps` steps; a step that
-/// reads back restarts the count, and 0 never waits.
-fn run_ahead_is_bounded_by_device_waits<B: AutodiffBackend>(device: B::Device) {
+/// Without readbacks the host keeps at most `max_queued_steps` steps queued: from the one that
+/// fills the queue on, each step waits for the oldest queued one (a lagged wait, never a
+/// device sync); a step that reads back empties the queue, and 0 never waits.
+fn run_ahead_is_bounded_by_lagged_waits<B: AutodiffBackend>(device: B::Device) {
     let waits = |config: TrainerConfig| {
         let mut trainer = common::sgd_trainer::<B>(&device, 0.05, config);
         for batch in common::batches::<B>(STEPS as usize, 4, 5, &device) {
             trainer.train_batch(batch).unwrap();
         }
-        trainer.counters().device_waits
+        let counters = trainer.counters();
+        assert_eq!(counters.readbacks, 0, "no wait is a readback");
+        counters.lagged_waits
     };
-    assert_eq!(waits(TrainerConfig::new()), STEPS / 2, "default bound 2");
-    assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(3)), 2);
+    assert_eq!(waits(TrainerConfig::new()), STEPS - 1, "default bound 2");
+    assert_eq!(
+        waits(TrainerConfig::new().with_max_queued_steps(3)),
+        STEPS - 2
+    );
+    assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(1)), STEPS);
     assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(0)), 0);
-    // Reading back every 3rd step: steps 1-2 wait once, 3 reads, 4-5 wait once, 6 reads.
+}
+
+/// A step that reads back empties the queue: with a readback every 3rd step, steps 1-2 wait
+/// once, 3 reads, 4-5 wait once, 6 reads.
+fn a_readback_empties_the_run_ahead_queue<B: AutodiffBackend>(device: B::Device) {
+    let waits = |config: TrainerConfig| {
+        let mut trainer = common::sgd_trainer::<B>(&device, 0.05, config);
+        for batch in common::batches::<B>(STEPS as usize, 4, 5, &device) {
+            trainer.train_batch(batch).unwrap();
+        }
+        trainer.counters().lagged_waits
+    };
     assert_eq!(waits(TrainerConfig::new().with_read_loss_every(3)), 2);
     assert_eq!(waits(TrainerConfig::new().with_read_loss_every(1)), 0);
 }
 
 crate::backend_tests!(
     readbacks_per_precision,
-    run_ahead_is_bounded_by_device_waits,
+    run_ahead_is_bounded_by_lagged_waits,
+    a_readback_empties_the_run_ahead_queue,
     device_clipping_matches_host_clipping,
     last_loss_is_read_on_demand,
 );

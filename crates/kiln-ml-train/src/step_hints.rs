@@ -1,0 +1,77 @@
+//! What the trainer tells kiln's fused optimizers about a step, beside the gradients.
+//!
+//! The trainer is generic over Burn's `Optimizer` trait, whose `step` takes a learning rate, a
+//! module and gradients only. kiln's fused optimizers ([`FusedAdam`](crate::FusedAdam),
+//! [`FusedSgd`](crate::FusedSgd)) can do more in the same few kernels: multiply the gradients
+//! by the unscale factor, clip them by their global norm (one reduction over their flat
+//! buckets) and keep the parameters in those buckets from one step to the next. The trainer
+//! offers these hints on its thread just before `step` and withdraws them after; a fused
+//! optimizer takes them, any other optimizer leaves them, and the trainer learns from that
+//! which kind it drives (through wrappers too, such as an enum over several optimizers). Until
+//! it knows, it unscales and clips the gradients itself, as for any optimizer.
+
+use std::cell::Cell;
+
+/// The trainer's hints for one optimizer step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct StepHints {
+    /// Multiply every gradient by this (loss unscaling and normalization; a host-computed
+    /// clipping coefficient folded in), before any clipping below.
+    pub(crate) factor: f64,
+    /// Clip the gradients, once multiplied, to this global norm, on the device.
+    pub(crate) max_norm: Option<f64>,
+    /// Changes whenever the trainer's model changed other than through the optimizer (a
+    /// checkpoint loaded, weights broadcast): parameters kept from the last step are stale.
+    pub(crate) generation: u64,
+}
+
+impl StepHints {
+    /// Hints that ask nothing of the optimizer: the trainer already scaled and clipped.
+    pub(crate) fn nothing(generation: u64) -> Self {
+        Self {
+            factor: 1.0,
+            max_norm: None,
+            generation,
+        }
+    }
+}
+
+thread_local! {
+    static OFFERED: Cell<Option<StepHints>> = const { Cell::new(None) };
+}
+
+/// Offers `hints` to the optimizer step about to run on this thread.
+pub(crate) fn offer(hints: StepHints) {
+    OFFERED.with(|offered| offered.set(Some(hints)));
+}
+
+/// Takes the hints offered for this step, if any (a fused optimizer, in its `step`).
+pub(crate) fn take() -> Option<StepHints> {
+    OFFERED.with(Cell::take)
+}
+
+/// Withdraws what is left of the offer after the step: `true` when the optimizer took it.
+pub(crate) fn withdraw() -> bool {
+    OFFERED.with(Cell::take).is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_offer_is_taken_once_and_withdrawn_after_the_step() {
+        let hints = StepHints {
+            factor: 0.5,
+            max_norm: Some(1.0),
+            generation: 3,
+        };
+        offer(hints);
+        assert_eq!(take(), Some(hints));
+        assert_eq!(take(), None);
+        assert!(withdraw(), "taken");
+        offer(StepHints::nothing(3));
+        assert!(!withdraw(), "left by the optimizer");
+        assert_eq!(take(), None, "withdrawn");
+    }
+}
