@@ -14,7 +14,7 @@ use burn::module::ParamId;
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
-use crate::buckets::{BUCKET_ELEMENTS, bucket_ranges};
+use crate::buckets::{BUCKET_ELEMENTS, bucket_ranges, concat};
 
 /// Elements of f32 in 256 bytes: every parameter starts on a multiple of this.
 pub(crate) const ALIGN: usize = 64;
@@ -107,14 +107,7 @@ impl Layout {
         let mut pieces = self.pieces(buckets).into_iter();
         self.ranges
             .iter()
-            .map(|range| {
-                let bucket: Vec<_> = pieces.by_ref().take(range.len()).collect();
-                if bucket.len() == 1 {
-                    bucket.into_iter().next().expect("one piece")
-                } else {
-                    Tensor::cat(bucket, 0)
-                }
-            })
+            .map(|range| concat(pieces.by_ref().take(range.len()).collect()))
             .collect()
     }
 }
