@@ -1,5 +1,5 @@
 //! What profiling costs: kiln's `Trainer` alone, with kiln-ml-profile's `PhaseTimer` in cheap mode
-//! (every phase of one step in 50 timed with syncs, the end of the step before it synced, none
+//! (every phase of one step in 200 timed with syncs, the end of the step before it synced, none
 //! between) and in accurate
 //! mode (a sync at every phase), on the same model, data and optimizer.
 //!
@@ -11,7 +11,7 @@
 //! The model is kiln-ml-testkit's MLP (256-512-512-16, seeded weights, batch 128, f32, Adam), on
 //! flex, where a device sync is free: what is measured is the timer's own work (events, locks,
 //! spans). On a GPU each sync also ends the step's overlap with the next one's host work, which
-//! cheap mode pays twice per 50 steps; measure that with the examples' `--json` figures there.
+//! cheap mode pays twice per 200 steps; `step_overhead`'s `profiler_cheap_overhead` measures that.
 //!
 //! Run: `cargo bench --bench profile_overhead` (add `-- --quick` for a short run).
 

@@ -7,7 +7,8 @@
 //!
 //! 1. **The optimizer phase** (`burn_optimizer_ms`, `kiln_optimizer_ms`): the mean device time
 //!    of the trainer's optimizer phase (unscale, global-norm clipping, update), timed with a
-//!    device sync at each phase boundary, with Burn's `Adam` and with kiln's `FusedAdam`.
+//!    device sync at each phase boundary, with Burn's `Adam` and with kiln's `FusedAdam` (two
+//!    trainers timed in alternating rounds, so the machine's load falls on both alike).
 //! 2. **Parity** (`max_abs_param_diff`): the largest difference between the two models'
 //!    parameters after `--steps` steps from the same weights on the same batches.
 //! 3. **Kernel launches per step** (`kernels_per_step_before` with Burn's Adam,
@@ -18,7 +19,9 @@
 //!    without a profiler, per optimizer step (`lagged_waits_per_step`: waits for a step that
 //!    finished `max_queued_steps` steps ago, which keep the queue full).
 //! 5. **The cheap profiler's cost** (`profiler_cheap_overhead`): step time with kiln-ml-profile's
-//!    cheap phase timer over step time without it, alternating runs.
+//!    cheap phase timer (`TimingMode::CHEAP`) over step time without it, in alternating runs of
+//!    `--overhead-steps` steps (a multiple of the timer's period, so that each run pays for its
+//!    share of accurate steps): the median of each round's ratio.
 //!
 //! Run: `cargo run --release --features wgpu --example step_overhead -- --device wgpu --json out.json`
 
@@ -33,7 +36,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Parser;
 use kiln_ml::backend::{BackendTask, GpuTuning, LaunchLog, Selection};
 use kiln_ml::profile::{Clock, PhaseTimer, TimingMode};
-use kiln_ml::train::{FusedAdamConfig, GradientClipping, Precision, Trainer, TrainerConfig};
+use kiln_ml::train::{
+    FusedAdam, FusedAdamConfig, GradientClipping, Precision, Trainer, TrainerConfig,
+};
 use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch, TEACHER_INPUTS, teacher_batches};
 use serde::{Deserialize, Serialize};
 
@@ -70,10 +75,11 @@ struct Args {
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
     /// Alternating runs of the profiler-overhead measure, per side.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     overhead_rounds: usize,
-    /// Optimizer steps per run of the profiler-overhead measure.
-    #[arg(long, default_value_t = 100)]
+    /// Optimizer steps per run of the profiler-overhead measure (the cheap timer's period, 200,
+    /// puts exactly one accurate step in each run of 200).
+    #[arg(long, default_value_t = 200)]
     overhead_steps: usize,
     /// Internal: count kernel launches only and write them to this file (the child process).
     #[arg(long, hide = true, value_name = "PATH")]
@@ -116,6 +122,8 @@ struct Figures {
     lagged_waits_per_step: f64,
     step_ms_no_profiler: f64,
     step_ms_cheap_profiler: f64,
+    /// The median of the rounds' cheap-over-plain ratios.
+    profiler_cheap_overhead: f64,
 }
 
 fn config(args: &Args) -> TrainerConfig {
@@ -135,12 +143,45 @@ fn model<B: Backend>(args: &Args, device: &B::Device) -> Mlp<B> {
         .init(device)
 }
 
+/// The trainers this example runs: kiln's on the testkit's MLP, a constant learning rate.
+type MlpTrainer<B, O> = Trainer<B, Mlp<B>, O, f64>;
+
+/// A trainer with Burn's `Adam` on a fresh model.
+fn burn_trainer<B: AutodiffBackend>(
+    args: &Args,
+    device: &B::Device,
+) -> anyhow::Result<MlpTrainer<B, impl Optimizer<Mlp<B>, B>>> {
+    let optimizer = AdamConfig::new().init();
+    Ok(Trainer::new(
+        model::<B>(args, device),
+        optimizer,
+        args.lr,
+        config(args),
+        device.clone(),
+    )?)
+}
+
+/// A trainer with kiln's `FusedAdam` on a fresh model.
+fn kiln_trainer<B: AutodiffBackend>(
+    args: &Args,
+    device: &B::Device,
+) -> anyhow::Result<MlpTrainer<B, FusedAdam<B>>> {
+    let optimizer = FusedAdamConfig::adam().init();
+    Ok(Trainer::new(
+        model::<B>(args, device),
+        optimizer,
+        args.lr,
+        config(args),
+        device.clone(),
+    )?)
+}
+
 /// Runs `body` on a trainer with the optimizer of `kind`: one generic body for both.
 trait WithTrainer<B: AutodiffBackend> {
     type Output;
     fn run<O: Optimizer<Mlp<B>, B>>(
         self,
-        trainer: Trainer<B, Mlp<B>, O, f64>,
+        trainer: MlpTrainer<B, O>,
     ) -> anyhow::Result<Self::Output>;
 }
 
@@ -150,29 +191,15 @@ fn with_trainer<B: AutodiffBackend, W: WithTrainer<B>>(
     device: &B::Device,
     body: W,
 ) -> anyhow::Result<W::Output> {
-    let model = model::<B>(args, device);
-    let config = config(args);
     match kind {
-        Kind::Burn => body.run(Trainer::new(
-            model,
-            AdamConfig::new().init(),
-            args.lr,
-            config,
-            device.clone(),
-        )?),
-        Kind::Kiln => body.run(Trainer::new(
-            model,
-            FusedAdamConfig::adam().init(),
-            args.lr,
-            config,
-            device.clone(),
-        )?),
+        Kind::Burn => body.run(burn_trainer::<B>(args, device)?),
+        Kind::Kiln => body.run(kiln_trainer::<B>(args, device)?),
     }
 }
 
 /// Trains `steps` steps on `batches` (cycled), one micro-batch per step.
 fn train<B, O>(
-    trainer: &mut Trainer<B, Mlp<B>, O, f64>,
+    trainer: &mut MlpTrainer<B, O>,
     batches: &[RegressionBatch<B>],
     steps: usize,
 ) -> anyhow::Result<()>
@@ -200,40 +227,58 @@ impl<B: AutodiffBackend> WithTrainer<B> for Parity<'_, B> {
     type Output = Vec<f32>;
     fn run<O: Optimizer<Mlp<B>, B>>(
         self,
-        mut trainer: Trainer<B, Mlp<B>, O, f64>,
+        mut trainer: MlpTrainer<B, O>,
     ) -> anyhow::Result<Vec<f32>> {
         train(&mut trainer, self.batches, self.steps)?;
         Ok(trainer.model().valid().params())
     }
 }
 
+/// Rounds the phase times alternate between the two optimizers.
+const PHASE_TIME_ROUNDS: usize = 5;
+
 /// The optimizer phase's mean device time and the step's, in ms, with a sync at every phase.
-struct PhaseTimes<'a, B: AutodiffBackend> {
-    batches: &'a [RegressionBatch<B>],
-    warmup: usize,
-    steps: usize,
+struct PhaseTimes {
+    burn_optimizer_ms: f64,
+    burn_step_ms: f64,
+    kiln_optimizer_ms: f64,
+    kiln_step_ms: f64,
 }
 
-impl<B: AutodiffBackend> WithTrainer<B> for PhaseTimes<'_, B> {
-    type Output = (f64, f64);
-    fn run<O: Optimizer<Mlp<B>, B>>(
-        self,
-        mut trainer: Trainer<B, Mlp<B>, O, f64>,
-    ) -> anyhow::Result<(f64, f64)> {
-        train(&mut trainer, self.batches, self.warmup)?;
-        sync::<B>(trainer.device())?;
-        let timer = Arc::new(PhaseTimer::new(Clock::start(), TimingMode::Accurate));
-        trainer.add_observer(Arc::clone(&timer));
-        train(&mut trainer, self.batches, self.steps)?;
-        let report = timer.report();
-        let mean_ms = |name: &str| {
-            report
-                .row(name)
-                .map(|row| row.mean_seconds * 1e3)
-                .with_context(|| format!("the phase timer saw no {name} phase"))
-        };
-        Ok((mean_ms("optimizer")?, mean_ms("step")?))
+/// Times both optimizers' phases in alternating rounds of steps (the machine's load falls on
+/// both alike), after a warm-up of each.
+fn phase_times<B: AutodiffBackend>(
+    args: &Args,
+    batches: &[RegressionBatch<B>],
+    device: &B::Device,
+) -> anyhow::Result<PhaseTimes> {
+    let new_timer = || Arc::new(PhaseTimer::new(Clock::start(), TimingMode::Accurate));
+    let (burn_timer, kiln_timer) = (new_timer(), new_timer());
+    let mut burn = burn_trainer::<B>(args, device)?;
+    let mut kiln = kiln_trainer::<B>(args, device)?;
+    train(&mut burn, batches, args.warmup)?;
+    train(&mut kiln, batches, args.warmup)?;
+    sync::<B>(device)?;
+    burn.add_observer(Arc::clone(&burn_timer));
+    kiln.add_observer(Arc::clone(&kiln_timer));
+    let per_round = args.timed_steps.div_ceil(PHASE_TIME_ROUNDS);
+    for _ in 0..PHASE_TIME_ROUNDS {
+        train(&mut burn, batches, per_round)?;
+        train(&mut kiln, batches, per_round)?;
     }
+    let mean_ms = |timer: &PhaseTimer, name: &str| {
+        timer
+            .report()
+            .row(name)
+            .map(|row| row.mean_seconds * 1e3)
+            .with_context(|| format!("the phase timer saw no {name} phase"))
+    };
+    Ok(PhaseTimes {
+        burn_optimizer_ms: mean_ms(&burn_timer, "optimizer")?,
+        burn_step_ms: mean_ms(&burn_timer, "step")?,
+        kiln_optimizer_ms: mean_ms(&kiln_timer, "optimizer")?,
+        kiln_step_ms: mean_ms(&kiln_timer, "step")?,
+    })
 }
 
 /// Launches per step, counted from CubeCL's launch log.
@@ -248,7 +293,7 @@ impl<B: AutodiffBackend> WithTrainer<B> for CountLaunches<'_, B> {
     type Output = (f64, Vec<(String, f64)>);
     fn run<O: Optimizer<Mlp<B>, B>>(
         self,
-        mut trainer: Trainer<B, Mlp<B>, O, f64>,
+        mut trainer: MlpTrainer<B, O>,
     ) -> anyhow::Result<Self::Output> {
         train(&mut trainer, self.batches, self.warmup)?;
         sync::<B>(trainer.device())?;
@@ -296,17 +341,11 @@ impl BackendTask for Measure {
             .map(|(a, b)| f64::from((a - b).abs()))
             .fold(0.0, f64::max);
 
-        println!("phase times: {} timed steps each", args.timed_steps);
-        let times = |kind| {
-            let body = PhaseTimes {
-                batches: &batches,
-                warmup: args.warmup,
-                steps: args.timed_steps,
-            };
-            with_trainer::<B, _>(args, kind, &device, body)
-        };
-        let (burn_optimizer_ms, burn_step_ms) = times(Kind::Burn)?;
-        let (kiln_optimizer_ms, kiln_step_ms) = times(Kind::Kiln)?;
+        println!(
+            "phase times: {} timed steps each, in {PHASE_TIME_ROUNDS} alternating rounds",
+            args.timed_steps
+        );
+        let times = phase_times::<B>(args, &batches, &device)?;
 
         println!(
             "syncs and the cheap profiler's cost: {} rounds of {} steps",
@@ -316,14 +355,15 @@ impl BackendTask for Measure {
         Ok(Figures {
             param_tensors,
             max_abs_param_diff,
-            burn_optimizer_ms,
-            kiln_optimizer_ms,
-            burn_step_ms,
-            kiln_step_ms,
+            burn_optimizer_ms: times.burn_optimizer_ms,
+            kiln_optimizer_ms: times.kiln_optimizer_ms,
+            burn_step_ms: times.burn_step_ms,
+            kiln_step_ms: times.kiln_step_ms,
             syncs_per_step: overhead.syncs_per_step,
             lagged_waits_per_step: overhead.lagged_waits_per_step,
             step_ms_no_profiler: overhead.plain_ms,
             step_ms_cheap_profiler: overhead.cheap_ms,
+            profiler_cheap_overhead: overhead.ratio,
         })
     }
 }
@@ -332,28 +372,22 @@ impl BackendTask for Measure {
 struct Overhead {
     plain_ms: f64,
     cheap_ms: f64,
+    /// The median over rounds of each round's cheap time over its plain time.
+    ratio: f64,
     syncs_per_step: f64,
     lagged_waits_per_step: f64,
 }
 
 /// Two trainers with kiln's optimizer, one with the cheap phase timer: warmed up, then timed in
-/// alternating runs (the machine's noise falls on both); the medians per step.
+/// alternating runs (the machine's noise falls on both); the medians per step, and the median of
+/// each round's ratio (a pair of runs next to each other in time shares the machine's load).
 fn overhead<B: AutodiffBackend>(
     args: &Args,
     batches: &[RegressionBatch<B>],
     device: &B::Device,
 ) -> anyhow::Result<Overhead> {
-    let new = || {
-        Trainer::new(
-            model::<B>(args, device),
-            FusedAdamConfig::adam().init(),
-            args.lr,
-            config(args),
-            device.clone(),
-        )
-    };
-    let mut plain = new()?;
-    let mut cheap = new()?;
+    let mut plain = kiln_trainer::<B>(args, device)?;
+    let mut cheap = kiln_trainer::<B>(args, device)?;
     cheap.add_observer(Arc::new(PhaseTimer::new(Clock::start(), TimingMode::CHEAP)));
     train(&mut plain, batches, args.warmup)?;
     train(&mut cheap, batches, args.warmup)?;
@@ -369,11 +403,13 @@ fn overhead<B: AutodiffBackend>(
             times.push(started.elapsed().as_secs_f64() * 1e3 / steps as f64);
         }
     }
+    let mut ratios: Vec<f64> = cheap_ms.iter().zip(&plain_ms).map(|(c, p)| c / p).collect();
     let after = plain.counters();
     let counted_steps = (after.optimizer_steps - before.optimizer_steps).max(1) as f64;
     Ok(Overhead {
         plain_ms: median(&mut plain_ms),
         cheap_ms: median(&mut cheap_ms),
+        ratio: median(&mut ratios),
         syncs_per_step: (after.readbacks - before.readbacks) as f64 / counted_steps,
         lagged_waits_per_step: (after.lagged_waits - before.lagged_waits) as f64 / counted_steps,
     })
@@ -494,7 +530,7 @@ fn main() -> anyhow::Result<()> {
     let figures = selection.run(Measure { args: args.clone() })?;
 
     let ratio = figures.burn_optimizer_ms / figures.kiln_optimizer_ms;
-    let overhead = figures.step_ms_cheap_profiler / figures.step_ms_no_profiler;
+    let overhead = figures.profiler_cheap_overhead;
     println!(
         "model: {} parameter tensors; {} steps, precision {}",
         figures.param_tensors, args.steps, args.precision
@@ -525,7 +561,7 @@ fn main() -> anyhow::Result<()> {
     }
     println!(
         "syncs per step without a profiler: {:.2} (lagged waits {:.2}); step {:.3} ms, with the \
-         cheap profiler {:.3} ms ({overhead:.3}x)",
+         cheap profiler {:.3} ms (median ratio {overhead:.3}x)",
         figures.syncs_per_step,
         figures.lagged_waits_per_step,
         figures.step_ms_no_profiler,

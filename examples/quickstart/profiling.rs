@@ -55,7 +55,7 @@ pub struct Profiler {
 
 impl Profiler {
     /// Starts the monitor (NVML where a driver answers, the memory probe if any, the host's CPU
-    /// and RAM), a phase timer in cheap mode (every phase of one step in 50 synced, and the end
+    /// and RAM), a phase timer in cheap mode (every phase of one step in 200 synced, and the end
     /// of the step before it) and a throughput meter over the last 100 steps.
     pub fn start(probe: Option<Arc<dyn MemoryProbe>>) -> anyhow::Result<Self> {
         let clock = Clock::start();
