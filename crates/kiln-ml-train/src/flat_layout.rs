@@ -113,18 +113,20 @@ impl Layout {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use burn::backend::Flex;
     use burn::tensor::TensorData;
 
     type B = Flex;
 
-    fn tensor(values: Vec<f32>) -> Tensor<B, 1> {
+    /// A flat f32 tensor on flex (shared with the fused step's tests).
+    pub(crate) fn tensor(values: Vec<f32>) -> Tensor<B, 1> {
         Tensor::from_data(TensorData::from(values.as_slice()), &Default::default())
     }
 
-    fn values(tensor: Tensor<B, 1>) -> Vec<f32> {
+    /// A flat tensor's values.
+    pub(crate) fn values(tensor: Tensor<B, 1>) -> Vec<f32> {
         tensor.into_data().to_vec().unwrap()
     }
 

@@ -131,22 +131,23 @@ where
     R: FlatRule<B::InnerBackend>,
 {
     let hints = step_hints::take();
-    let mut gather = Gather::<B> {
-        grads: &mut grads,
-        ids: Vec::new(),
-        sizes: Vec::new(),
-        values: Vec::new(),
-        grads_flat: Vec::new(),
+    // Under the trainer the kept buckets are the parameters: the module's values are gathered
+    // only when they may be copied in (no reshape per parameter on the trainer's hot path).
+    let reuses_kept = match (&*state, hints) {
+        (FlatOptimizerState::Live(live), Some(hints)) => live
+            .kept
+            .as_ref()
+            .is_some_and(|kept| kept.generation == hints.generation),
+        _ => false,
     };
-    module.visit(&mut gather);
-    let Gather {
+    let Gathered {
+        device,
         ids,
         sizes,
         values,
-        grads_flat,
-        ..
-    } = gather;
-    let Some(device) = values.first().map(Tensor::device) else {
+        grads: grads_flat,
+    } = gather(&module, &mut grads, !reuses_kept);
+    let Some(device) = device else {
         return module;
     };
 
@@ -186,7 +187,15 @@ where
     // since; otherwise the module's parameters, copied in.
     let params = match (kept, hints) {
         (Some(kept), Some(hints)) if kept.generation == hints.generation => kept.buckets,
-        _ => layout.pad(values.into_iter().map(Some).collect(), &device),
+        _ => {
+            // Not gathered above when the kept buckets were dropped since (new parameters).
+            let values = if values.is_empty() {
+                gather(&module, &mut GradientsParams::new(), true).values
+            } else {
+                values
+            };
+            layout.pad(values.into_iter().map(Some).collect(), &device)
+        }
     };
     let grads = scaled(layout.pad(grads_flat, &device), hints);
 
@@ -300,12 +309,42 @@ fn restore<B: Backend>(
 }
 
 /// Every trainable float parameter, flattened, with its gradient (`None` without one: zeros).
-struct Gather<'a, B: AutodiffBackend> {
-    grads: &'a mut GradientsParams,
+/// A module's trainable parameters in visiting order, each flattened.
+struct Gathered<B: Backend> {
+    /// The first parameter's device; `None` when nothing trains.
+    device: Option<B::Device>,
     ids: Vec<ParamId>,
     sizes: Vec<usize>,
-    values: Vec<Tensor<B::InnerBackend, 1>>,
-    grads_flat: Vec<Option<Tensor<B::InnerBackend, 1>>>,
+    /// The values, when asked for (empty otherwise).
+    values: Vec<Tensor<B, 1>>,
+    /// The gradients, taken out of the optimizer's `GradientsParams`.
+    grads: Vec<Option<Tensor<B, 1>>>,
+}
+
+fn gather<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &mut GradientsParams,
+    with_values: bool,
+) -> Gathered<B::InnerBackend> {
+    let mut visitor = Gather::<B> {
+        grads,
+        with_values,
+        gathered: Gathered {
+            device: None,
+            ids: Vec::new(),
+            sizes: Vec::new(),
+            values: Vec::new(),
+            grads: Vec::new(),
+        },
+    };
+    module.visit(&mut visitor);
+    visitor.gathered
+}
+
+struct Gather<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    with_values: bool,
+    gathered: Gathered<B::InnerBackend>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
@@ -319,27 +358,67 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
             .grads
             .remove::<B::InnerBackend, D>(param.id)
             .map(|grad| grad.reshape([elements]));
-        self.ids.push(param.id);
-        self.sizes.push(elements);
-        self.values.push(value.inner().reshape([elements]));
-        self.grads_flat.push(grad);
+        let gathered = &mut self.gathered;
+        gathered.device.get_or_insert_with(|| value.device());
+        gathered.ids.push(param.id);
+        gathered.sizes.push(elements);
+        if self.with_values {
+            gathered.values.push(value.inner().reshape([elements]));
+        }
+        gathered.grads.push(grad);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::Flex;
-    use burn::tensor::TensorData;
+    use crate::FusedSgdConfig;
+    use crate::flat_layout::tests::{tensor, values};
+    use burn::backend::{Autodiff, Flex};
+    use burn::optim::Optimizer;
+    use kiln_ml_testkit::{Mlp, MlpConfig};
 
-    type B = Flex;
+    type Ad = Autodiff<Flex>;
 
-    fn tensor(values: Vec<f32>) -> Tensor<B, 1> {
-        Tensor::from_data(TensorData::from(values.as_slice()), &Default::default())
+    /// The gradients of the sum of `model`'s outputs on a fixed input.
+    fn grads_of(model: &Mlp<Ad>) -> GradientsParams {
+        let inputs = Tensor::<Ad, 2>::ones([2, 3], &Default::default());
+        let loss = model.forward(inputs).sum();
+        GradientsParams::from_grads(loss.backward(), model)
     }
 
-    fn values(tensor: Tensor<B, 1>) -> Vec<f32> {
-        tensor.into_data().to_vec().unwrap()
+    /// One step of `optimizer` with the trainer's hints at `generation` offered.
+    fn step_with_hints(
+        optimizer: &mut impl Optimizer<Mlp<Ad>, Ad>,
+        model: Mlp<Ad>,
+        generation: u64,
+    ) -> Mlp<Ad> {
+        let grads = grads_of(&model);
+        step_hints::offer(StepHints {
+            factor: 1.0,
+            max_norm: None,
+            generation,
+        });
+        let stepped = optimizer.step(0.1, model, grads);
+        assert!(
+            step_hints::withdraw(),
+            "the fused optimizer takes the hints"
+        );
+        stepped
+    }
+
+    #[test]
+    fn new_parameters_under_kept_buckets_are_stepped_from_the_module() {
+        let device = Default::default();
+        let first = MlpConfig::new(3, &[4], 1).with_seed(1).init::<Ad>(&device);
+        let other = MlpConfig::new(3, &[5], 1).with_seed(2).init::<Ad>(&device);
+        // Buckets kept for `first` at generation 0; then, at the same generation, a module
+        // with other parameters: its values must be gathered, not the kept buckets used.
+        let mut optimizer = FusedSgdConfig::new().init::<Ad>();
+        let _ = step_with_hints(&mut optimizer, first, 0);
+        let stepped = step_with_hints(&mut optimizer, other.clone(), 0);
+        let fresh = step_with_hints(&mut FusedSgdConfig::new().init::<Ad>(), other, 0);
+        assert_eq!(stepped.params(), fresh.params());
     }
 
     #[test]
