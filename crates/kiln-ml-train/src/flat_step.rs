@@ -140,6 +140,9 @@ where
             .is_some_and(|kept| kept.generation == hints.generation),
         _ => false,
     };
+    // Gradients the trainer already laid out in buckets (to read their norm before the step)
+    // have left `grads`: they come with the hints.
+    let bucketed = hints.and_then(|_| step_hints::take_grads::<BucketedGrads<B::InnerBackend>>());
     let Gathered {
         device,
         ids,
@@ -150,6 +153,12 @@ where
     let Some(device) = device else {
         return module;
     };
+    if let Some(bucketed) = &bucketed {
+        assert!(
+            bucketed.layout.ids == ids && bucketed.layout.sizes == sizes,
+            "{name}: the trainer bucketed the gradients of other parameters than the module's"
+        );
+    }
 
     let (layout, time, moments, kept) = match std::mem::take(state) {
         FlatOptimizerState::Live(previous)
@@ -197,7 +206,11 @@ where
             layout.pad(values.into_iter().map(Some).collect(), &device)
         }
     };
-    let grads = scaled(layout.pad(grads_flat, &device), hints);
+    let grads = match bucketed {
+        Some(bucketed) => bucketed.buckets,
+        None => layout.pad(grads_flat, &device),
+    };
+    let grads = scaled(grads, hints);
 
     let time = time + 1;
     let mut per_bucket = transpose(moments, layout.ranges.len());
@@ -234,11 +247,7 @@ fn scaled<B: Backend>(grads: Vec<Tensor<B, 1>>, hints: Option<StepHints>) -> Vec
     };
     match hints.max_norm {
         Some(max_norm) => {
-            let squared = grads
-                .iter()
-                .map(|grad| grad.clone().square().sum())
-                .reduce(|total, squares| total + squares)
-                .expect("at least one bucket");
+            let squared = squared_norm(&grads).expect("at least one bucket");
             let factor = clip_factor_on_device(squared, hints.factor, max_norm);
             grads
                 .into_iter()
@@ -250,6 +259,43 @@ fn scaled<B: Backend>(grads: Vec<Tensor<B, 1>>, hints: Option<StepHints>) -> Vec
             .map(|grad| grad.mul_scalar(hints.factor))
             .collect(),
         None => grads,
+    }
+}
+
+/// The sum of squares of every element of `buckets`, as a one-element device tensor (one
+/// reduction per bucket; the padding is zero); `None` without buckets.
+fn squared_norm<B: Backend>(buckets: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
+    buckets
+        .iter()
+        .map(|bucket| bucket.clone().square().sum())
+        .reduce(|total, squares| total + squares)
+}
+
+/// A module's gradients laid out in a fused optimizer's buckets by the trainer, before the
+/// step, so that their norm is one reduction per bucket (see `step_hints`).
+pub(crate) struct BucketedGrads<B: Backend> {
+    layout: Layout,
+    buckets: Vec<Tensor<B, 1>>,
+}
+
+impl<B: Backend> BucketedGrads<B> {
+    /// Takes `module`'s trainable gradients out of `grads` into buckets laid out as a fused
+    /// step lays them out; `None` when nothing trains.
+    pub(crate) fn take<AB, M>(module: &M, grads: &mut GradientsParams) -> Option<Self>
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+        M: AutodiffModule<AB>,
+    {
+        let gathered = gather::<AB, M>(module, grads, false);
+        let device = gathered.device?;
+        let layout = Layout::new(gathered.ids, gathered.sizes);
+        let buckets = layout.pad(gathered.grads, &device);
+        Some(Self { layout, buckets })
+    }
+
+    /// The sum of squares of every gradient, on the device.
+    pub(crate) fn squared_norm(&self) -> Tensor<B, 1> {
+        squared_norm(&self.buckets).expect("a layout has at least one bucket")
     }
 }
 

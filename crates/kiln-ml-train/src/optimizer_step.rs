@@ -11,6 +11,7 @@ use kiln_ml_core::{Event, Phase, SkipReason, StepOutcome, StepReport};
 use crate::clipping::{
     clip_coefficient, clip_factor_on_device, scale_grads, scale_grads_by, squared_grad_norm,
 };
+use crate::flat_step::BucketedGrads;
 use crate::grad_sync::all_reduce_window;
 use crate::step_hints::{self, StepHints};
 use crate::trainer::LastLoss;
@@ -137,10 +138,17 @@ where
             || matches!(self.config.clipping, Some(GradientClipping::Norm { .. }))
             || self.config.detect_anomalies
             || self.config.track_grad_norm;
-        let squared = if needs_norm {
-            squared_grad_norm::<B, M>(self.model(), &grads)
-        } else {
-            None
+        // A fused optimizer (clipping by norm or not at all) gets its gradients already in its
+        // buckets, their norm one reduction per bucket; any other, a norm tensor by tensor.
+        let bucketed = (needs_norm
+            && self.takes_hints()
+            && !matches!(self.config.clipping, Some(GradientClipping::Value { .. })))
+        .then(|| BucketedGrads::take::<B, M>(self.model(), &mut grads))
+        .flatten();
+        let squared = match &bucketed {
+            Some(bucketed) => Some(bucketed.squared_norm()),
+            None if needs_norm => squared_grad_norm::<B, M>(self.model(), &grads),
+            None => None,
         };
         let counts = match &divisor {
             Divisor::Known(_) => None,
@@ -215,7 +223,11 @@ where
             StepHints::nothing(self.model_generation)
         };
         let learning_rate = self.scheduler.step();
-        self.step_optimizer(learning_rate, model, grads, hints)?;
+        let offers_grads = bucketed.is_some();
+        if let Some(bucketed) = bucketed {
+            step_hints::offer_grads(bucketed);
+        }
+        self.step_optimizer(learning_rate, model, grads, hints, offers_grads)?;
         Ok(Outcome {
             outcome: StepOutcome::Applied,
             learning_rate,
@@ -269,7 +281,7 @@ where
             }
         };
         let learning_rate = self.scheduler.step();
-        self.step_optimizer(learning_rate, model, grads, hints)?;
+        self.step_optimizer(learning_rate, model, grads, hints, false)?;
         self.last_loss = Some(LastLoss::OnDevice(loss_sum.div_scalar(divisor)));
         Ok(Outcome {
             outcome: StepOutcome::Applied,
@@ -285,16 +297,19 @@ where
         self.fused_optimizer == Some(true)
     }
 
-    /// Steps the optimizer with `hints` offered (see `step_hints`) and learns from whether it
-    /// took them which kind of optimizer it is. The model is back in place on every path.
+    /// Steps the optimizer with `hints` offered (see `step_hints`; `offers_grads` when the
+    /// gradients were offered in buckets beside them, and so left `grads`) and learns from
+    /// whether it took them which kind of optimizer it is. The model is back in place on every
+    /// path.
     fn step_optimizer(
         &mut self,
         learning_rate: f64,
         model: M,
         grads: GradientsParams,
         hints: StepHints,
+        offers_grads: bool,
     ) -> Result<()> {
-        let delegated = hints != StepHints::nothing(hints.generation);
+        let delegated = offers_grads || hints != StepHints::nothing(hints.generation);
         step_hints::offer(hints);
         self.model = Some(self.optim.step(learning_rate, model, grads));
         let taken = step_hints::withdraw();

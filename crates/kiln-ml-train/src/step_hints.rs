@@ -9,8 +9,14 @@
 //! optimizer takes them, any other optimizer leaves them, and the trainer learns from that
 //! which kind it drives (through wrappers too, such as an enum over several optimizers). Until
 //! it knows, it unscales and clips the gradients itself, as for any optimizer.
+//!
+//! When the trainer must read the gradients' norm back before the step (f16's finiteness check,
+//! a tracked norm), it lays a fused optimizer's gradients out in its flat buckets itself, takes
+//! the norm over the buckets, and offers the buckets with the hints: the optimizer then uses
+//! them as they are, so the check costs one reduction per bucket, not one per tensor.
 
-use std::cell::Cell;
+use std::any::Any;
+use std::cell::{Cell, RefCell};
 
 /// The trainer's hints for one optimizer step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,6 +44,7 @@ impl StepHints {
 
 thread_local! {
     static OFFERED: Cell<Option<StepHints>> = const { Cell::new(None) };
+    static OFFERED_GRADS: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
 }
 
 /// Offers `hints` to the optimizer step about to run on this thread.
@@ -50,8 +57,22 @@ pub(crate) fn take() -> Option<StepHints> {
     OFFERED.with(Cell::take)
 }
 
+/// Offers the step's gradients, already laid out in a fused optimizer's buckets, with the
+/// hints (see the module docs).
+pub(crate) fn offer_grads<T: Any>(grads: T) {
+    OFFERED_GRADS.with(|offered| *offered.borrow_mut() = Some(Box::new(grads)));
+}
+
+/// Takes the gradients offered for this step when they are a `T` (a fused optimizer, in its
+/// `step`, with its backend's bucket type).
+pub(crate) fn take_grads<T: Any>() -> Option<T> {
+    let offered = OFFERED_GRADS.with(|offered| offered.borrow_mut().take())?;
+    offered.downcast::<T>().ok().map(|grads| *grads)
+}
+
 /// Withdraws what is left of the offer after the step: `true` when the optimizer took it.
 pub(crate) fn withdraw() -> bool {
+    OFFERED_GRADS.with(|offered| offered.borrow_mut().take());
     OFFERED.with(Cell::take).is_none()
 }
 
@@ -73,5 +94,23 @@ mod tests {
         offer(StepHints::nothing(3));
         assert!(!withdraw(), "left by the optimizer");
         assert_eq!(take(), None, "withdrawn");
+    }
+
+    #[test]
+    fn offered_gradients_are_taken_once_by_type_and_withdrawn_with_the_hints() {
+        offer_grads(vec![1.0_f32, 2.0]);
+        assert_eq!(take_grads::<Vec<f64>>(), None, "another type takes nothing");
+        assert_eq!(
+            take_grads::<Vec<f32>>(),
+            None,
+            "a wrong take drops the offer"
+        );
+        offer_grads(vec![1.0_f32, 2.0]);
+        assert_eq!(take_grads::<Vec<f32>>(), Some(vec![1.0, 2.0]));
+        assert_eq!(take_grads::<Vec<f32>>(), None);
+        offer(StepHints::nothing(0));
+        offer_grads(7_u8);
+        assert!(!withdraw());
+        assert_eq!(take_grads::<u8>(), None, "withdrawn");
     }
 }

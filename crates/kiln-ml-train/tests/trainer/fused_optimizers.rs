@@ -1,12 +1,14 @@
 //! `FusedAdam` and `FusedSgd` follow Burn's `Adam`, `AdamW` and `Sgd` step for step on a model
 //! of 24 parameter tensors, in f32 and in the mixed precisions, with the trainer's clipping and
 //! accumulation done inside their step; they resume from a checkpoint bit for bit, and forget
-//! the parameters they keep between steps when the trainer's model changes under them.
+//! the parameters they keep between steps when the trainer's model changes under them. Under
+//! f16, the gradients checked in their buckets skip an overflowing step as Burn's `Adam` does.
 
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, AdamWConfig, Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
+use kiln_ml_core::{SkipReason, StepOutcome, StepReport};
 use kiln_ml_testkit::MlpConfig;
 use kiln_ml_train::{
     AdamWeightDecay, FusedAdamConfig, FusedSgdConfig, GradientClipping, LossScalerConfig,
@@ -26,6 +28,7 @@ backend_tests!(
     fused_adam_resumes_bit_for_bit,
     fused_optimizers_forget_kept_parameters_when_a_checkpoint_loads,
     fused_adam_continues_from_burns_adam_state,
+    fused_adam_skips_an_f16_overflow_as_burns_adam_does,
 );
 
 /// Twelve linear layers: 24 parameter tensors.
@@ -55,6 +58,22 @@ fn train<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
     train_with(device, config(precision), optimizer)
 }
 
+/// A trainer of the deep model under `config`.
+fn deep_trainer<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
+    device: &B::Device,
+    config: TrainerConfig,
+    optimizer: O,
+) -> Trainer<B, Mlp<B>, O, f64> {
+    config
+        .init(
+            deep_model::<B>(device),
+            optimizer,
+            LEARNING_RATE,
+            device.clone(),
+        )
+        .unwrap()
+}
+
 /// The parameters after `STEPS` batches of `optimizer` on the deep model under `config`.
 fn train_with<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
     device: &B::Device,
@@ -62,14 +81,7 @@ fn train_with<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
     optimizer: O,
 ) -> Vec<f32> {
     let steps = STEPS as u64 / u64::from(config.accumulation_steps);
-    let trainer = config
-        .init(
-            deep_model::<B>(device),
-            optimizer,
-            LEARNING_RATE,
-            device.clone(),
-        )
-        .unwrap();
+    let trainer = deep_trainer(device, config, optimizer);
     fitted_params(trainer, batches::<B>(STEPS, BATCH, 7, device), steps)
 }
 
@@ -290,5 +302,66 @@ fn fused_adam_continues_from_burns_adam_state<B: AutodiffBackend>(device: B::Dev
     assert!(
         restart_diff > 10.0 * tolerance,
         "a restart differs visibly: {restart_diff}"
+    );
+}
+
+/// The step reports and final parameters of an f16 run of `optimizer` whose third batch
+/// overflows f16 at PyTorch's starting scale (2^16).
+fn f16_run_with_an_overflow<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
+    device: &B::Device,
+    optimizer: O,
+) -> (Vec<StepReport>, Vec<f32>) {
+    let config = config(Precision::F16Mixed)
+        .with_loss_scaler(LossScalerConfig::default())
+        .with_track_grad_norm(true)
+        .with_clipping(Some(GradientClipping::Norm { max_norm: 1.0 }));
+    let mut trainer = deep_trainer(device, config, optimizer);
+    let mut batches = batches::<B>(6, BATCH, 11, device);
+    // Targets 100x: a finite loss whose scaled gradients overflow f16.
+    batches[2].targets = batches[2].targets.clone().mul_scalar(100.0);
+    let reports = batches
+        .into_iter()
+        .map(|batch| trainer.train_batch(batch).unwrap().step.unwrap())
+        .collect();
+    (reports, params(trainer.model()))
+}
+
+/// After its first step a fused optimizer gets its gradients in its buckets from the trainer,
+/// which reads their norm there: an f16 overflow mid-run is skipped as under Burn's `Adam` (same
+/// outcomes, scales and norms), and the weights stay equal.
+fn fused_adam_skips_an_f16_overflow_as_burns_adam_does<B: AutodiffBackend>(device: B::Device) {
+    if !mixed_precisions::<B>(&device).contains(&Precision::F16Mixed) {
+        return; // refused on this backend (checked by `mixed_precisions`)
+    }
+    let (burn_reports, burn) = f16_run_with_an_overflow::<B, _>(&device, AdamConfig::new().init());
+    let (fused_reports, fused) =
+        f16_run_with_an_overflow::<B, _>(&device, FusedAdamConfig::adam().init::<B>());
+    let outcomes = |reports: &[StepReport]| -> Vec<StepOutcome> {
+        reports.iter().map(|report| report.outcome).collect()
+    };
+    assert_eq!(
+        outcomes(&fused_reports)[2],
+        StepOutcome::Skipped(SkipReason::NonFiniteGradients)
+    );
+    assert_eq!(outcomes(&fused_reports), outcomes(&burn_reports));
+    for (fused, burn) in fused_reports.iter().zip(&burn_reports) {
+        assert_eq!(fused.loss_scale, burn.loss_scale, "step {}", fused.step);
+        let (fused_norm, burn_norm) = (fused.grad_norm.unwrap(), burn.grad_norm.unwrap());
+        if burn_norm.is_finite() {
+            let relative = (fused_norm - burn_norm).abs() / burn_norm;
+            assert!(
+                relative < 1e-4,
+                "step {}: {fused_norm} vs {burn_norm}",
+                fused.step
+            );
+        } else {
+            assert!(!fused_norm.is_finite(), "step {}: {fused_norm}", fused.step);
+        }
+    }
+    let diff = max_abs_diff(&burn, &fused);
+    let tolerance = f32_tolerance::<B>(&device);
+    assert!(
+        diff <= tolerance,
+        "FusedAdam differs from Burn's by {diff} > {tolerance}"
     );
 }
