@@ -6,7 +6,8 @@
 //!    20x between the smallest and the largest), in row groups of at most `--row-group-rows`.
 //! 2. Measures full epochs through kiln-ml-data's `Loader` (warm page cache, `--workers` threads),
 //!    collating column by column (`--collate columnar`, the default: `columnar_fn` over the
-//!    decoded Arrow chunks) or per sample (`--collate per-sample`: a `RowDecoder` of `Row`s).
+//!    decoded Arrow chunks) or per sample (`--collate per-sample`: a `RowDecoder` of `Row`s),
+//!    on the loader's default configuration unless told otherwise.
 //!    Sequential and block-shuffle epochs run side by side in `--repeats` rounds of 3
 //!    back-to-back epochs each (every epoch announces the next with `Epoch::prefetch_next`);
 //!    the figures are the medians of the 2nd and 3rd epochs, and of the 1st for "one epoch with
@@ -74,11 +75,11 @@ struct Args {
     /// parallelism, at most 8).
     #[arg(long)]
     workers: Option<usize>,
-    /// Batches the loader assembles ahead of the consumer. Deep, because these batches are
-    /// small (64 rows of 80 bytes): a deep window lets the workers collate runs of batches per
-    /// wake-up instead of one (2-3x the rows per second of a window of 8 on 2 cores).
-    #[arg(long, default_value_t = 64)]
-    prefetch_batches: usize,
+    /// Batches the loader assembles ahead of the consumer (default: the loader's own depth,
+    /// as many as 64 MiB holds, here its upper bound of 256: these batches are small, 64 rows
+    /// of 80 bytes, and a deep window lets the workers collate runs of batches per wake-up).
+    #[arg(long)]
+    prefetch_batches: Option<usize>,
     /// Seed of the dataset and of the samplers.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -116,9 +117,10 @@ fn main() -> Result<()> {
     let workers = args
         .workers
         .unwrap_or_else(|| LoaderConfig::default().workers);
-    let config = LoaderConfig::new()
-        .with_workers(workers)
-        .with_prefetch_batches(args.prefetch_batches);
+    let mut config = LoaderConfig::new().with_workers(workers);
+    if let Some(depth) = args.prefetch_batches {
+        config = config.with_prefetch_batches(depth);
+    }
     let temp_data = tempfile::tempdir()?;
     let data_dir = match &args.dir {
         Some(dir) => {
@@ -209,9 +211,14 @@ fn print_report(args: &Args, workers: usize, reading: &Reading, caching: &Cachin
     let line = |label: &str, rows_per_s: f64| println!("{label:<46} {rows_per_s:>14.0}");
     println!();
     println!(
-        "workers: {workers}, batch size {}, prefetch {} batches, {} collation, warm page cache",
+        "workers: {workers}, batch size {}, prefetch {} batches{}, {} collation, warm page cache",
         args.batch_size,
-        args.prefetch_batches,
+        reading.prefetch_batches,
+        if args.prefetch_batches.is_some() {
+            ""
+        } else {
+            " (the loader's default)"
+        },
         args.collate.name()
     );
     println!("{:<46} {:>14}", "epoch", "rows/s");
@@ -312,7 +319,8 @@ fn json_report(
         "blocks": blocks,
         "batch_size": args.batch_size,
         "workers": workers,
-        "prefetch_batches": args.prefetch_batches,
+        "prefetch_batches": reading.prefetch_batches,
+        "prefetch_batches_default": args.prefetch_batches.is_none(),
         "seed": args.seed,
         "repeats": args.repeats,
         "dataset_bytes": dataset_bytes,

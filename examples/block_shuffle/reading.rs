@@ -77,6 +77,8 @@ pub struct Reading {
     pub sequential_distinct_files_per_batch: f64,
     /// The same expected of a uniform permutation.
     pub ideal_distinct_files_per_batch: f64,
+    /// The loader's prefetch depth for these plans, in batches.
+    pub prefetch_batches: usize,
 }
 
 /// What the reading measurement needs.
@@ -184,8 +186,8 @@ where
     let options = QualityOptions::new(setup.batch_size.max(2));
     let shuffled = setup.shuffle.plan(source.as_ref(), &first)?;
     let shuffled = quality::measure(source.as_ref(), shuffled.order(), &options)?;
-    let in_order = sequential.plan(source.as_ref(), &first)?;
-    let in_order = quality::measure(source.as_ref(), in_order.order(), &options)?;
+    let in_order_plan = sequential.plan(source.as_ref(), &first)?;
+    let in_order = quality::measure(source.as_ref(), in_order_plan.order(), &options)?;
     let random = RandomSampler::new(setup.sharding)
         .plan(source.as_ref(), &PlanRequest::new(setup.seed, 0))?;
     let timed = &random.order()[..setup.random_reads.min(random.len()).max(1)];
@@ -207,6 +209,7 @@ where
         block_shuffle_distinct_files_per_batch: shuffled.whole.measured.distinct_files_per_batch,
         sequential_distinct_files_per_batch: in_order.whole.measured.distinct_files_per_batch,
         ideal_distinct_files_per_batch: shuffled.whole.ideal.distinct_files_per_batch,
+        prefetch_batches: loader.prefetch_batches(&in_order_plan),
     })
 }
 

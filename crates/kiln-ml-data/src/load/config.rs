@@ -2,7 +2,13 @@
 
 use crate::{Error, Result};
 
+/// The default of [`LoaderConfig::prefetch_bytes`]: 64 MiB.
+pub(crate) const DEFAULT_PREFETCH_BYTES: u64 = 64 << 20;
+
 /// How a [`Loader`](crate::Loader) runs: worker threads, prefetch depth and the last batch.
+///
+/// The defaults are the fast path: a worker per core (up to 8) and a prefetch window the loader
+/// sizes from the bytes of a batch.
 ///
 /// None of these change which samples come out or in which order; only `drop_last` changes
 /// whether the last, short batch comes out at all.
@@ -11,8 +17,15 @@ pub struct LoaderConfig {
     /// Persistent worker threads that read blocks and collate batches (default: the available
     /// parallelism, at most 8).
     pub workers: usize,
-    /// Batches assembled ahead of the consumer (default 4).
-    pub prefetch_batches: usize,
+    /// Batches assembled ahead of the consumer; `None` (the default): as many as
+    /// `prefetch_bytes` holds, from the block sizes the source reports, between 2 and 256 (16
+    /// where the source does not report them). Small batches need a deep window, or the
+    /// workers' wake-ups, one per batch, cost more than the batches (see `prefetch_depth`).
+    pub prefetch_batches: Option<usize>,
+    /// The bytes of samples the prefetched batches may hold when the loader sizes the window
+    /// itself (default 64 MiB), counted at the source's in-memory block sizes (a Parquet row
+    /// group's uncompressed size).
+    pub prefetch_bytes: u64,
     /// Blocks read beyond those the prefetched batches need (default 32), in the plan's
     /// schedule order. This keeps workers busy when a plan needs many new blocks at once, as a
     /// block shuffle does at the start of each shuffle-buffer window, at the cost of holding at
@@ -27,7 +40,8 @@ impl Default for LoaderConfig {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
         Self {
             workers,
-            prefetch_batches: 4,
+            prefetch_batches: None,
+            prefetch_bytes: DEFAULT_PREFETCH_BYTES,
             read_ahead_blocks: 32,
             drop_last: false,
         }
@@ -46,9 +60,16 @@ impl LoaderConfig {
         self
     }
 
-    /// Sets how many batches are assembled ahead of the consumer.
+    /// Sets how many batches are assembled ahead of the consumer (in place of the depth the
+    /// loader sizes by `prefetch_bytes`).
     pub fn with_prefetch_batches(mut self, prefetch_batches: usize) -> Self {
-        self.prefetch_batches = prefetch_batches;
+        self.prefetch_batches = Some(prefetch_batches);
+        self
+    }
+
+    /// Sets the bytes the prefetched batches may hold when the loader sizes the window.
+    pub fn with_prefetch_bytes(mut self, prefetch_bytes: u64) -> Self {
+        self.prefetch_bytes = prefetch_bytes;
         self
     }
 
@@ -71,9 +92,15 @@ impl LoaderConfig {
                 "the loader needs at least 1 worker".to_owned(),
             ));
         }
-        if self.prefetch_batches == 0 {
+        if self.prefetch_batches == Some(0) {
             return Err(Error::InvalidConfig(
                 "the loader needs a prefetch depth of at least 1 batch".to_owned(),
+            ));
+        }
+        if self.prefetch_batches.is_none() && self.prefetch_bytes == 0 {
+            return Err(Error::InvalidConfig(
+                "the loader needs a prefetch budget of at least 1 byte (prefetch_bytes = 0)"
+                    .to_owned(),
             ));
         }
         Ok(())
@@ -95,5 +122,15 @@ mod tests {
                 .validate()
                 .is_err()
         );
+        let error = LoaderConfig::new()
+            .with_prefetch_bytes(0)
+            .validate()
+            .unwrap_err();
+        assert!(error.to_string().contains("prefetch_bytes"), "{error}");
+        // A fixed depth needs no budget.
+        let fixed = LoaderConfig::new()
+            .with_prefetch_bytes(0)
+            .with_prefetch_batches(4);
+        assert!(fixed.validate().is_ok());
     }
 }

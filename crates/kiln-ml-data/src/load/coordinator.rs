@@ -45,6 +45,9 @@ pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
     pub(crate) output: Sender<Delivery<C::Output>>,
 }
 
+/// Where a batch's samples sit: block and row, in plan order.
+type Places = Vec<(BlockIndex, usize)>;
+
 /// A block's samples while it is in use; taken samples leave `None` behind.
 struct Resident<I> {
     samples: Vec<Option<I>>,
@@ -269,6 +272,9 @@ where
         batch_limit: u64,
         assembled: &mut Vec<(u64, Vec<S::Item>, bool)>,
     ) {
+        // The next batch's samples, located and asked of the CPU while this one is taken: in a
+        // shuffled plan their cache and TLB misses then overlap this batch's work.
+        let mut located: Option<(u64, Places)> = None;
         while progress.assembled < batch_limit {
             if progress
                 .failure
@@ -281,7 +287,23 @@ where
             if progress.ready_prefix < self.schedule.uses_before(range.end) {
                 return;
             }
-            match self.take_samples(progress, range.clone()) {
+            let places = match located.take() {
+                Some((batch, places)) if batch == progress.assembled => Ok(places),
+                _ => self.locate(progress, range.clone()).inspect(|places| {
+                    prefetch_slots(progress, places);
+                }),
+            };
+            let next = progress.assembled + 1;
+            if next < batch_limit {
+                let next_range = self.schedule.batch_range(next);
+                if progress.ready_prefix >= self.schedule.uses_before(next_range.end)
+                    && let Ok(places) = self.locate(progress, next_range)
+                {
+                    prefetch_slots(progress, &places);
+                    located = Some((next, places));
+                }
+            }
+            match places.and_then(|places| self.take_samples(progress, range.clone(), places)) {
                 Ok(samples) => {
                     // The consumer has taken every earlier batch (as of its last credit, sent
                     // every few batches): it waits for this one, or soon will, so the collation
@@ -309,24 +331,15 @@ where
         }
     }
 
-    /// Moves (or, for a repeated sample, clones) the samples of a batch out of their blocks.
-    fn take_samples(
+    /// Where each sample of the plan's `positions` sits (block and row), from the layout alone,
+    /// which stays in cache.
+    fn locate(
         &self,
-        progress: &mut Progress<S::Item>,
+        progress: &Progress<S::Item>,
         positions: std::ops::Range<u64>,
-    ) -> Result<Vec<S::Item>> {
+    ) -> Result<Places> {
         let first = positions.start;
         let order = &self.plan.order()[positions.start as usize..positions.end as usize];
-        let missing = |offset: usize, block: BlockIndex| Error::PlanMismatch {
-            reason: format!(
-                "sample {} at plan position {} is in block {block}, which the plan's schedule \
-                 does not hold there (was the plan built for another layout?)",
-                order[offset],
-                first + offset as u64
-            ),
-        };
-        // Pass 1 locates every sample (block and row) from the layout alone, which stays in
-        // cache.
         let mut places = Vec::with_capacity(order.len());
         let mut cursor = progress.finder.cursor();
         for (offset, &sample) in order.iter().enumerate() {
@@ -340,32 +353,27 @@ where
             };
             places.push((block, row as usize));
         }
-        // Pass 2 checks every slot is filled. In a shuffled plan nearly every sample is a cache
-        // miss; this tight loop of independent loads lets the CPU fetch many at once, and pass 3
-        // then finds them in cache.
-        let resident = &progress.resident;
-        let filled = places
-            .iter()
-            .filter(|&&(block, row)| {
-                resident[block as usize]
-                    .as_ref()
-                    .and_then(|resident| resident.samples.get(row))
-                    .is_some_and(Option::is_some)
-            })
-            .count();
-        if filled != places.len() {
-            let offset = places
-                .iter()
-                .position(|&(block, row)| {
-                    resident[block as usize]
-                        .as_ref()
-                        .and_then(|resident| resident.samples.get(row))
-                        .is_none_or(Option::is_none)
-                })
-                .unwrap_or(0);
-            return Err(missing(offset, places[offset].0));
-        }
-        // Pass 3 takes them.
+        Ok(places)
+    }
+
+    /// Moves (or, for a repeated sample, clones) the samples of the plan's `positions`, found at
+    /// `places`, out of their blocks. A failed epoch ends: samples already taken do not matter.
+    fn take_samples(
+        &self,
+        progress: &mut Progress<S::Item>,
+        positions: std::ops::Range<u64>,
+        places: Places,
+    ) -> Result<Vec<S::Item>> {
+        let first = positions.start;
+        let order = &self.plan.order()[positions.start as usize..positions.end as usize];
+        let missing = |offset: usize, block: BlockIndex| Error::PlanMismatch {
+            reason: format!(
+                "sample {} at plan position {} is in block {block}, which the plan's schedule \
+                 does not hold there (was the plan built for another layout?)",
+                order[offset],
+                first + offset as u64
+            ),
+        };
         let mut samples = Vec::with_capacity(order.len());
         for (offset, (block, row)) in places.into_iter().enumerate() {
             let slot = progress.resident[block as usize]
@@ -422,4 +430,37 @@ where
             }
         }
     }
+}
+
+/// Asks the CPU for the resident slots at `places` (those not resident are skipped: taking them
+/// fails), without waiting: a tight loop of prefetches lets many misses run at once.
+fn prefetch_slots<I>(progress: &Progress<I>, places: &Places) {
+    for &(block, row) in places {
+        if let Some(slot) = progress.resident[block as usize]
+            .as_ref()
+            .and_then(|resident| resident.samples.get(row))
+        {
+            prefetch(slot);
+        }
+    }
+}
+
+/// Asks the CPU to bring `value`'s first and last cache lines in (all of a sample of up to two
+/// lines), without waiting for them.
+#[inline]
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let first = std::ptr::from_ref(value).cast::<i8>();
+        let last = first.wrapping_add(std::mem::size_of::<T>().saturating_sub(1));
+        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has, and it never faults
+        // nor reads into the program: it is a hint to the cache (the pointers are in `value`).
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(first);
+            _mm_prefetch::<_MM_HINT_T0>(last);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }

@@ -11,6 +11,7 @@ use super::config::LoaderConfig;
 use super::coordinator::Coordinator;
 use super::parts::{EpochParts, Launch, Start};
 use super::pool::Jobs;
+use super::prefetch_depth::prefetch_depth;
 use super::schedule::{EpochSchedule, last_occurrences};
 use crate::{Error, Result};
 
@@ -60,6 +61,8 @@ where
         }
         let plan = Arc::new(plan);
         let schedule = EpochSchedule::new(&plan, self.config.drop_last);
+        let prefetch_batches =
+            prefetch_depth(&self.config, self.source.as_ref(), schedule.batch_size) as u64;
         let (output_tx, output) = unbounded();
         let (credits, credits_rx) = unbounded();
         let cancel = Arc::new(AtomicBool::new(false));
@@ -75,7 +78,7 @@ where
                 plan: Arc::clone(&plan),
                 schedule: schedule.clone(),
                 last_occurrence,
-                prefetch_batches: self.config.prefetch_batches as u64,
+                prefetch_batches,
                 read_ahead_blocks: self.config.read_ahead_blocks,
                 workers: self.config.workers,
                 start,
@@ -96,7 +99,7 @@ where
             schedule,
             output,
             credits,
-            credit_every: (self.config.prefetch_batches as u64).div_ceil(2),
+            credit_every: prefetch_batches.div_ceil(2),
             cancel,
             reads_dispatched,
             coordinator,

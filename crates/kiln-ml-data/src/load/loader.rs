@@ -13,6 +13,7 @@ use super::epoch::Epoch;
 use super::launch::Launcher;
 use super::parts::{Launch, Start};
 use super::pool::WorkerPool;
+use super::prefetch_depth::prefetch_depth;
 use super::residency::LoaderResidency;
 use super::schedule::EpochSchedule;
 use crate::{Error, Result};
@@ -23,9 +24,9 @@ use crate::{Error, Result};
 ///   source stack: Parquet decode, cache, transform) and collate batches.
 /// - **Order**: blocks are read in the plan's schedule order; batches are assembled strictly in
 ///   plan order by one coordinator per epoch, so the output is identical for any worker count.
-/// - **Prefetch**: at most `prefetch_batches` batches are assembled ahead of the consumer;
-///   blocks are read as far ahead as those batches need, plus at most `read_ahead_blocks` more
-///   in schedule order.
+/// - **Prefetch**: at most [`prefetch_batches`](Self::prefetch_batches) batches are assembled
+///   ahead of the consumer (by default as many as 64 MiB holds, 2 to 256); blocks are read as
+///   far ahead as those batches need, plus at most `read_ahead_blocks` more in schedule order.
 /// - **Freeing**: a block is dropped as soon as the batch holding its last use is assembled.
 /// - **Errors**: a failed read, a failing transform, or a panic in a read or a collation ends
 ///   the epoch with an `Err` naming the block and file (or batch), after every batch before it:
@@ -194,9 +195,16 @@ where
         LoaderResidency::of(
             &schedule,
             self.source().as_ref(),
-            config.prefetch_batches as u64,
+            self.prefetch_batches(plan) as u64,
             config.read_ahead_blocks,
         )
+    }
+
+    /// How many batches the loader assembles ahead of the consumer for `plan`: the configured
+    /// [`prefetch_batches`](LoaderConfig::prefetch_batches), or by default as many as
+    /// [`prefetch_bytes`](LoaderConfig::prefetch_bytes) holds at the source's block sizes.
+    pub fn prefetch_batches(&self, plan: &Plan) -> usize {
+        prefetch_depth(&self.config(), self.source().as_ref(), plan.batch_size())
     }
 }
 

@@ -9,6 +9,7 @@ mod launch;
 mod loader;
 mod parts;
 mod pool;
+mod prefetch_depth;
 mod reply;
 mod residency;
 mod schedule;
