@@ -14,6 +14,7 @@ use arrow_select::interleave::interleave;
 use arrow_select::take::take_record_batch;
 
 use crate::ArrowRow;
+use crate::parquet_source::{Chunk, RowMajor, gather_staged};
 
 /// The rows, in the given order, as one `RecordBatch` assembled column by column.
 ///
@@ -68,11 +69,21 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
             .collect();
         return take_record_batch(first_chunk, &indices).map(Some);
     }
-    let (chunks, indices) = chunk_indices(rows);
+    let (shared, indices) = chunk_indices(rows);
+    let chunks: Vec<&RecordBatch> = rows_chunks(&shared);
     let schema = first_chunk.schema();
-    let columns = (0..schema.fields().len())
-        .map(|column| {
-            if let Some(gathered) = gather_plain(&chunks, column, &indices) {
+    let mut columns: Vec<Option<ArrayRef>> = vec![None; schema.fields().len()];
+    // The fixed-width columns every chunk stages alike: from rows, one run of bytes per row.
+    if let Some(staged) = staged_alike(&shared) {
+        for (column, array) in gather_staged(&staged, &indices, &schema) {
+            columns[column] = Some(array);
+        }
+    }
+    let columns = columns
+        .into_iter()
+        .enumerate()
+        .map(|(column, staged)| {
+            if let Some(gathered) = staged.or_else(|| gather_plain(&chunks, column, &indices)) {
                 return Ok(gathered);
             }
             let arrays: Vec<&dyn Array> = chunks
@@ -83,6 +94,26 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema, columns).map(Some)
+}
+
+/// Each chunk's decoded columns.
+fn rows_chunks<'a>(shared: &[&'a Chunk]) -> Vec<&'a RecordBatch> {
+    shared.iter().map(|chunk| chunk.batch()).collect()
+}
+
+/// Every chunk's row-major staging (made now where missing), when they all stage the same
+/// columns (a column with nulls in one chunk only is not staged there): `None` otherwise.
+fn staged_alike<'a>(shared: &[&'a Chunk]) -> Option<Vec<&'a RowMajor>> {
+    let staged: Vec<&RowMajor> = shared
+        .iter()
+        .map(|chunk| chunk.row_major())
+        .collect::<Option<_>>()?;
+    // The chunks share the source's schema: the same staged columns stage alike.
+    let first = &staged.first()?.mask;
+    staged
+        .iter()
+        .all(|chunk| &chunk.mask == first)
+        .then_some(staged)
 }
 
 /// A numeric column without nulls, gathered value by value; `None` for any other column (left
@@ -132,15 +163,15 @@ fn gather_values<T: ArrowPrimitiveType>(
 
 /// The distinct chunks the rows come from (in order of first appearance) and, per row, its
 /// chunk's index among them and its row in that chunk.
-fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&RecordBatch>, Vec<(usize, usize)>) {
-    let mut chunks: Vec<&RecordBatch> = Vec::new();
-    let mut index_of: HashMap<*const RecordBatch, usize> = HashMap::new();
+fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
+    let mut chunks: Vec<&Chunk> = Vec::new();
+    let mut index_of: HashMap<*const Chunk, usize> = HashMap::with_capacity(rows.len());
     // Neighbouring rows usually share a chunk: checking the last one first skips most lookups.
-    let mut last: Option<(*const RecordBatch, usize)> = None;
+    let mut last: Option<(*const Chunk, usize)> = None;
     let indices = rows
         .iter()
         .map(|row| {
-            let (chunk, offset) = row.chunk();
+            let (chunk, offset) = (row.shared_chunk(), row.chunk().1);
             let key = std::ptr::from_ref(chunk);
             let index = match last {
                 Some((seen, index)) if seen == key => index,

@@ -1,12 +1,13 @@
 //! [`ArrowRows`]: the plain Arrow decoder, one compact [`ArrowRow`] per row.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use kiln_ml_core::Fingerprint;
 
 use super::decode::{DecodeError, RowDecoder};
+use super::row_major::RowMajor;
 
 /// The plain Arrow path: every row as an [`ArrowRow`], a handle on the decoded chunk it sits
 /// in.
@@ -22,7 +23,10 @@ pub struct ArrowRows;
 impl RowDecoder for ArrowRows {
     type Item = ArrowRow;
     fn decode(&self, batch: &RecordBatch, items: &mut Vec<ArrowRow>) -> Result<(), DecodeError> {
-        let chunk = Arc::new(batch.clone());
+        let chunk = Arc::new(Chunk {
+            batch: batch.clone(),
+            row_major: OnceLock::new(),
+        });
         items.extend((0..batch.num_rows()).map(|row| ArrowRow {
             chunk: Arc::clone(&chunk),
             row,
@@ -42,37 +46,65 @@ impl RowDecoder for ArrowRows {
 /// and the row's index in it.
 #[derive(Debug, Clone)]
 pub struct ArrowRow {
-    chunk: Arc<RecordBatch>,
+    chunk: Arc<Chunk>,
     row: usize,
+}
+
+/// A decoded chunk, and its fixed-width columns row-major once a shuffled gather asked for
+/// them (see `columnar::row_major`).
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    batch: RecordBatch,
+    row_major: OnceLock<Option<RowMajor>>,
+}
+
+impl Chunk {
+    /// The decoded columns.
+    pub(crate) fn batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+
+    /// The chunk's fixed-width columns without nulls, row-major: staged at the first call.
+    pub(crate) fn row_major(&self) -> Option<&RowMajor> {
+        self.row_major
+            .get_or_init(|| RowMajor::stage(&self.batch))
+            .as_ref()
+    }
 }
 
 impl ArrowRow {
     /// The row as a one-row `RecordBatch` (zero-copy slices of the chunk's columns).
     pub fn to_record_batch(&self) -> RecordBatch {
-        self.chunk.slice(self.row, 1)
+        self.chunk.batch.slice(self.row, 1)
     }
 
     /// The value of column `name` as a one-element array, or `None` without such a column.
     pub fn column(&self, name: &str) -> Option<ArrayRef> {
         self.chunk
+            .batch
             .column_by_name(name)
             .map(|column| column.slice(self.row, 1))
     }
 
     /// The columns' names and types.
     pub fn schema(&self) -> SchemaRef {
-        self.chunk.schema()
+        self.chunk.batch.schema()
     }
 
     /// The number of columns.
     pub fn num_columns(&self) -> usize {
-        self.chunk.num_columns()
+        self.chunk.batch.num_columns()
     }
 
     /// The decoded chunk the row sits in, and the row's index in it: for reading many columns
     /// of a row without slicing.
     pub fn chunk(&self) -> (&RecordBatch, usize) {
-        (&self.chunk, self.row)
+        (&self.chunk.batch, self.row)
+    }
+
+    /// The chunk itself, with its row-major staging.
+    pub(crate) fn shared_chunk(&self) -> &Chunk {
+        &self.chunk
     }
 }
 

@@ -16,6 +16,7 @@ mod range_reader;
 #[cfg(feature = "remote")]
 mod remote;
 mod retry_policy;
+mod row_major;
 mod schema_depth;
 mod scheme;
 mod source;
@@ -24,8 +25,10 @@ mod unify;
 mod url_input;
 mod walk;
 
+pub(crate) use arrow_row::Chunk;
 pub use arrow_row::{ArrowRow, ArrowRows};
 pub use columns::{column, primitive, reject_nulls, required_values};
 pub use decode::{DecodeError, FnDecoder, RowDecoder, decoder_fn};
 pub use retry_policy::RetryPolicy;
+pub(crate) use row_major::{RowMajor, gather_staged};
 pub use source::{ParquetSource, ParquetSourceBuilder};
