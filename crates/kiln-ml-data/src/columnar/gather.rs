@@ -1,6 +1,7 @@
 //! Gathering rows of decoded chunks into one `RecordBatch`, in the rows' order.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -10,6 +11,7 @@ use arrow_array::types::{
 };
 use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch, UInt32Array};
 use arrow_schema::{ArrowError, DataType};
+use arrow_select::concat::concat_batches;
 use arrow_select::interleave::interleave;
 use arrow_select::take::take_record_batch;
 
@@ -69,9 +71,20 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
             .collect();
         return take_record_batch(first_chunk, &indices).map(Some);
     }
-    let (shared, indices) = chunk_indices(rows);
-    let chunks: Vec<&RecordBatch> = rows_chunks(&shared);
     let schema = first_chunk.schema();
+    if let Some(runs) = long_runs(rows) {
+        // A few consecutive runs (a sequential batch across a block boundary): their slices,
+        // concatenated, without staging the chunks.
+        let slices: Vec<RecordBatch> = runs
+            .into_iter()
+            .map(|(row, len)| {
+                let (chunk, start) = row.chunk();
+                chunk.slice(start, len)
+            })
+            .collect();
+        return concat_batches(&schema, &slices).map(Some);
+    }
+    let (shared, indices) = chunk_indices(rows);
     let mut columns: Vec<Option<ArrayRef>> = vec![None; schema.fields().len()];
     // The fixed-width columns every chunk stages alike: from rows, one run of bytes per row.
     if let Some(staged) = staged_alike(&shared) {
@@ -79,6 +92,12 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
             columns[column] = Some(array);
         }
     }
+    // The other columns (strings, lists, nulls), column by column.
+    let chunks: Vec<&RecordBatch> = if columns.iter().any(Option::is_none) {
+        rows_chunks(&shared)
+    } else {
+        Vec::new()
+    };
     let columns = columns
         .into_iter()
         .enumerate()
@@ -96,6 +115,32 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
     RecordBatch::try_new(schema, columns).map(Some)
 }
 
+/// The rows as runs of consecutive rows of one chunk (first row, length), when the runs average
+/// at least [`LONG_RUN`] rows; `None` when the rows are shuffled.
+fn long_runs(rows: &[ArrowRow]) -> Option<Vec<(&ArrowRow, usize)>> {
+    let most_runs = rows.len() / LONG_RUN;
+    let mut runs: Vec<(&ArrowRow, usize)> = Vec::with_capacity(most_runs);
+    for row in rows {
+        if let Some((start, len)) = runs.last_mut() {
+            let (chunk, first) = start.chunk();
+            let (this_chunk, this_row) = row.chunk();
+            if std::ptr::eq(chunk, this_chunk) && this_row == first + *len {
+                *len += 1;
+                continue;
+            }
+        }
+        if runs.len() == most_runs {
+            return None;
+        }
+        runs.push((row, 1));
+    }
+    Some(runs)
+}
+
+/// The shortest mean run of consecutive rows for which slices and a concatenation beat a
+/// gather: below it, rows come from too many places (a shuffled plan).
+const LONG_RUN: usize = 8;
+
 /// Each chunk's decoded columns.
 fn rows_chunks<'a>(shared: &[&'a Chunk]) -> Vec<&'a RecordBatch> {
     shared.iter().map(|chunk| chunk.batch()).collect()
@@ -104,15 +149,15 @@ fn rows_chunks<'a>(shared: &[&'a Chunk]) -> Vec<&'a RecordBatch> {
 /// Every chunk's row-major staging (made now where missing), when they all stage the same
 /// columns (a column with nulls in one chunk only is not staged there): `None` otherwise.
 fn staged_alike<'a>(shared: &[&'a Chunk]) -> Option<Vec<&'a RowMajor>> {
-    let staged: Vec<&RowMajor> = shared
-        .iter()
-        .map(|chunk| chunk.row_major())
-        .collect::<Option<_>>()?;
+    let mut staged: Vec<&RowMajor> = Vec::with_capacity(shared.len());
+    for chunk in shared {
+        staged.push(chunk.row_major()?);
+    }
     // The chunks share the source's schema: the same staged columns stage alike.
-    let first = &staged.first()?.mask;
+    let first = *staged.first()?;
     staged
         .iter()
-        .all(|chunk| &chunk.mask == first)
+        .all(|chunk| chunk.stages_like(first))
         .then_some(staged)
 }
 
@@ -161,11 +206,38 @@ fn gather_values<T: ArrowPrimitiveType>(
     Some(Arc::new(PrimitiveArray::<T>::from_iter_values(gathered)))
 }
 
+/// Hashes a pointer with one multiplication (Fibonacci hashing): the chunks of a batch are a
+/// few dozen distinct addresses, looked up once per row, where SipHash's resistance to chosen
+/// keys buys nothing.
+#[derive(Default)]
+struct PointerHasher(u64);
+
+impl Hasher for PointerHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(FIBONACCI);
+        }
+    }
+    fn write_usize(&mut self, value: usize) {
+        // The product's high bits folded into its low ones, which pick the bucket (an aligned
+        // pointer's low bits are zero).
+        let product = (value as u64).wrapping_mul(FIBONACCI);
+        self.0 = product ^ (product >> 32);
+    }
+}
+
+/// 2^64 divided by the golden ratio: spreads consecutive addresses over the high bits.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// The distinct chunks the rows come from (in order of first appearance) and, per row, its
 /// chunk's index among them and its row in that chunk.
 fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
     let mut chunks: Vec<&Chunk> = Vec::new();
-    let mut index_of: HashMap<*const Chunk, usize> = HashMap::with_capacity(rows.len());
+    let mut index_of: HashMap<*const Chunk, usize, BuildHasherDefault<PointerHasher>> =
+        HashMap::with_capacity_and_hasher(rows.len(), BuildHasherDefault::default());
     // Neighbouring rows usually share a chunk: checking the last one first skips most lookups.
     let mut last: Option<(*const Chunk, usize)> = None;
     let indices = rows
@@ -231,6 +303,27 @@ mod tests {
         let source = chunk.column(0).as_primitive::<Int64Type>().values().inner();
         let gathered = batch.column(0).as_primitive::<Int64Type>().values().inner();
         assert_eq!(source.as_ptr(), gathered.as_ptr().wrapping_sub(8));
+    }
+
+    #[test]
+    fn long_runs_across_chunks_are_sliced_and_concatenated() {
+        let mut rows = Vec::new();
+        for ids in [0..20, 100..120] {
+            ArrowRows.decode(&chunk(ids), &mut rows).unwrap();
+        }
+        // Eight rows at the end of the first chunk, eight at the start of the second.
+        let batch = gather_rows(&rows[12..28]).unwrap().unwrap();
+        let expected: Vec<i64> = (12..20).chain(100..108).collect();
+        assert_eq!(ids(&batch), expected);
+        assert_eq!(batch.column(1).as_string::<i32>().value(8), "n100");
+        assert!(long_runs(&rows[12..28]).is_some());
+        // Short runs are gathered.
+        let picked: Vec<ArrowRow> = [0, 20, 1, 21].iter().map(|&i| rows[i].clone()).collect();
+        assert!(long_runs(&picked).is_none());
+        assert_eq!(
+            ids(&gather_rows(&picked).unwrap().unwrap()),
+            [0, 100, 1, 101]
+        );
     }
 
     #[test]

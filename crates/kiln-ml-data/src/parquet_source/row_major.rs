@@ -30,7 +30,7 @@ pub(crate) struct StagedColumn {
 pub(crate) struct RowMajor {
     pub(crate) columns: Vec<StagedColumn>,
     /// Bit `i` set when column `i` is staged: chunks of one schema with equal masks stage alike.
-    pub(crate) mask: Vec<u64>,
+    mask: Vec<u64>,
     stride: usize,
     data: Vec<u8>,
 }
@@ -80,6 +80,15 @@ impl RowMajor {
             stride,
             data,
         })
+    }
+
+    /// Whether `other` (a chunk of the same schema) stages the same columns.
+    pub(crate) fn stages_like(&self, other: &RowMajor) -> bool {
+        match (self.mask.as_slice(), other.mask.as_slice()) {
+            // One word (up to 64 columns): no call to a slice comparison per chunk and batch.
+            ([mine], [theirs]) => mine == theirs,
+            (mine, theirs) => mine == theirs,
+        }
     }
 
     /// Row `row`'s staged bytes.
@@ -247,6 +256,7 @@ mod tests {
         let indices: Vec<usize> = staged[0].columns.iter().map(|c| c.index).collect();
         assert_eq!(indices, [0, 4, 2, 5]);
         assert_eq!(staged[0].mask, [0b110101]);
+        assert!(staged[1].stages_like(&staged[0]));
         assert_eq!(staged[1].columns, staged[0].columns);
         let chunks = [&staged[0], &staged[1]];
         // Rows: second's row 2 (id 103), first's row 0, second's row 0 (id 101), first's row 3.
