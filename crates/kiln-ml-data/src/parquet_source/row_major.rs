@@ -26,13 +26,23 @@ pub(crate) struct StagedColumn {
 }
 
 /// A chunk's fixed-width columns without nulls, row after row.
-#[derive(Debug)]
 pub(crate) struct RowMajor {
     pub(crate) columns: Vec<StagedColumn>,
     /// Bit `i` set when column `i` is staged: chunks of one schema with equal masks stage alike.
     mask: Vec<u64>,
     stride: usize,
     data: Vec<u8>,
+}
+
+impl std::fmt::Debug for RowMajor {
+    // The layout, not the bytes (a chunk's worth of them).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowMajor")
+            .field("columns", &self.columns)
+            .field("stride", &self.stride)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
 }
 
 impl RowMajor {
