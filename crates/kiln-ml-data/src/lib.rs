@@ -70,6 +70,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod cache_hint;
 mod columnar;
 mod error;
 mod load;

@@ -16,6 +16,7 @@ use arrow_select::interleave::interleave;
 use arrow_select::take::take_record_batch;
 
 use crate::ArrowRow;
+use crate::cache_hint::prefetch;
 use crate::parquet_source::{Chunk, RowMajor, gather_staged};
 
 /// The rows, in the given order, as one `RecordBatch` assembled column by column.
@@ -248,6 +249,8 @@ fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
             let index = match last {
                 Some((seen, index)) if seen == key => index,
                 _ => *index_of.entry(key).or_insert_with(|| {
+                    // Its staging is looked up next, for every chunk: ask for it now.
+                    prefetch(chunk);
                     chunks.push(chunk);
                     chunks.len() - 1
                 }),

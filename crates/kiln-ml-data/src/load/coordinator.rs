@@ -15,6 +15,7 @@ use super::parts::{Delivery, Start};
 use super::pool::Jobs;
 use super::reply::{Reply, Task};
 use super::schedule::EpochSchedule;
+use crate::cache_hint::prefetch;
 use crate::{Error, Result};
 
 /// A block's samples as the coordinator stores them (taken out one by one), or why it failed,
@@ -443,24 +444,4 @@ fn prefetch_slots<I>(progress: &Progress<I>, places: &Places) {
             prefetch(slot);
         }
     }
-}
-
-/// Asks the CPU to bring `value`'s first and last cache lines in (all of a sample of up to two
-/// lines), without waiting for them.
-#[inline]
-fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let first = std::ptr::from_ref(value).cast::<i8>();
-        let last = first.wrapping_add(std::mem::size_of::<T>().saturating_sub(1));
-        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has, and it never faults
-        // nor reads into the program: it is a hint to the cache (the pointers are in `value`).
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(first);
-            _mm_prefetch::<_MM_HINT_T0>(last);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
 }

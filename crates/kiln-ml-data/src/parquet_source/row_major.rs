@@ -17,6 +17,8 @@ use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
 use arrow_buffer::{Buffer, MutableBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Schema};
 
+use crate::cache_hint::prefetch;
+
 /// One staged column: its index in the chunk, its bytes' offset in a staged row, its width.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StagedColumn {
@@ -25,9 +27,19 @@ pub(crate) struct StagedColumn {
     width: usize,
 }
 
+/// Staged columns of one width, side by side in a row: `columns` of them from byte `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WidthRun {
+    width: usize,
+    offset: usize,
+    columns: usize,
+}
+
 /// A chunk's fixed-width columns without nulls, row after row.
 pub(crate) struct RowMajor {
     pub(crate) columns: Vec<StagedColumn>,
+    /// The columns grouped by width (they are sorted widest first).
+    runs: Vec<WidthRun>,
     /// Bit `i` set when column `i` is staged: chunks of one schema with equal masks stage alike.
     mask: Vec<u64>,
     stride: usize,
@@ -65,9 +77,18 @@ impl RowMajor {
         // gathered batch's column-major buffer (see `gather_staged`).
         columns.sort_by_key(|column| std::cmp::Reverse(column.width));
         let mut stride = 0;
+        let mut runs: Vec<WidthRun> = Vec::new();
         for column in &mut columns {
             column.offset = stride;
             stride += column.width;
+            match runs.last_mut() {
+                Some(run) if run.width == column.width => run.columns += 1,
+                _ => runs.push(WidthRun {
+                    width: column.width,
+                    offset: column.offset,
+                    columns: 1,
+                }),
+            }
         }
         if columns.is_empty() {
             return None;
@@ -86,6 +107,7 @@ impl RowMajor {
         }
         Some(Self {
             columns,
+            runs,
             mask,
             stride,
             data,
@@ -117,24 +139,21 @@ pub(crate) fn gather_staged(
     let first = chunks[0];
     debug_assert!(chunks.iter().all(|chunk| chunk.columns == first.columns));
     let stride = first.stride;
-    // One run of bytes per row: the only random reads of the gather.
-    let mut rows = Vec::with_capacity(indices.len() * stride);
+    // One run of bytes per row: the only random reads of the gather, all asked for first.
     for &(chunk, row) in indices {
-        rows.extend_from_slice(chunks[chunk].row(row));
+        prefetch(chunks[chunk].row(row));
     }
-    // Then every column in one buffer, column after column (each starts at `rows × offset`,
-    // a multiple of its width, so the arrays cut from it are aligned).
+    // Each row's values go straight to their columns, all in one buffer, column after column
+    // (each starts at `rows × offset`, a multiple of its width: the arrays cut from it are
+    // aligned).
     let count = indices.len();
     let mut columns = MutableBuffer::from_len_zeroed(count * stride);
-    for column in &first.columns {
-        let start = count * column.offset;
-        gather_column(
-            &mut columns.as_slice_mut()[start..start + count * column.width],
-            &rows,
-            stride,
-            column.offset,
-            column.width,
-        );
+    let out = columns.as_slice_mut();
+    for (position, &(chunk, row)) in indices.iter().enumerate() {
+        let source = chunks[chunk].row(row);
+        for run in &first.runs {
+            spread_row(out, source, count, position, run);
+        }
     }
     let columns: Buffer = columns.into();
     first
@@ -200,18 +219,28 @@ fn scatter(rows: &mut [u8], values: &[u8], stride: usize, offset: usize, width: 
     }
 }
 
-/// Reads the value at `offset` of each row of `stride` bytes into `values` (`width` bytes each).
-fn gather_column(values: &mut [u8], rows: &[u8], stride: usize, offset: usize, width: usize) {
-    fn fixed<const W: usize>(values: &mut [u8], rows: &[u8], stride: usize, offset: usize) {
-        for (value, row) in values.chunks_exact_mut(W).zip(rows.chunks_exact(stride)) {
-            value.copy_from_slice(&row[offset..offset + W]);
+/// Copies one staged row's values of `run` (columns of one width, side by side in the row) to
+/// their places in a column-major buffer of `count` rows: value `j` of the run at row
+/// `position` of its column.
+fn spread_row(out: &mut [u8], row: &[u8], count: usize, position: usize, run: &WidthRun) {
+    fn fixed<const W: usize>(
+        out: &mut [u8],
+        row: &[u8],
+        count: usize,
+        position: usize,
+        run: &WidthRun,
+    ) {
+        for column in 0..run.columns {
+            let at = run.offset + column * W;
+            let to = count * at + position * W;
+            out[to..to + W].copy_from_slice(&row[at..at + W]);
         }
     }
-    match width {
-        1 => fixed::<1>(values, rows, stride, offset),
-        2 => fixed::<2>(values, rows, stride, offset),
-        4 => fixed::<4>(values, rows, stride, offset),
-        _ => fixed::<8>(values, rows, stride, offset),
+    match run.width {
+        1 => fixed::<1>(out, row, count, position, run),
+        2 => fixed::<2>(out, row, count, position, run),
+        4 => fixed::<4>(out, row, count, position, run),
+        _ => fixed::<8>(out, row, count, position, run),
     }
 }
 
