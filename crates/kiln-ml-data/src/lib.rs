@@ -86,7 +86,8 @@ pub use arrow_schema;
 pub use kiln_ml_cache as cache;
 
 pub use columnar::{
-    BurnColumnar, ColumnBatcher, columnar_fn, float_matrix, gather_rows, int_vector,
+    BurnColumnar, ColumnBatcher, PackedSequences, PaddedSequences, columnar_fn, float_matrix,
+    gather_rows, int_vector, packed_list, padded_list,
 };
 pub use error::{Error, Result};
 pub use load::{

@@ -4,7 +4,9 @@
 mod burn_columns;
 mod collate;
 mod gather;
+mod sequences;
 
 pub use burn_columns::{BurnColumnar, ColumnBatcher, float_matrix, int_vector};
 pub use collate::columnar_fn;
 pub use gather::gather_rows;
+pub use sequences::{PackedSequences, PaddedSequences, packed_list, padded_list};

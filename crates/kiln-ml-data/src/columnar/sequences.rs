@@ -1,0 +1,346 @@
+//! Batches of variable-length samples (a sequence of pulses, the nodes of a graph, the agents of
+//! a scene): padded to the longest with a mask, or packed end to end with offsets and segment
+//! ids, as PyTorch's padded and packed sequences and PyG's batched graphs are.
+//!
+//! Each sample is a run of elements of `width` floats. [`padded_list`] and [`packed_list`] read
+//! them from an Arrow list column of a gathered batch (`List<Float32>`, one float per element,
+//! or `List<FixedSizeList<Float32>>`, `width` floats per element); [`PaddedSequences::from_samples`]
+//! and [`PackedSequences::from_samples`] take per-sample slices (the per-sample collation).
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float32Type;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+
+use crate::DecodeError;
+
+/// Samples padded to the longest of the batch: `values` is `[rows, longest, width]` row-major,
+/// `mask` `[rows, longest]` (`true` for a real element), `lengths` each sample's element count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaddedSequences {
+    /// `[rows, longest, width]`, padding elements set to the pad value.
+    pub values: Vec<f32>,
+    /// `[rows, longest]`: `true` where an element is real.
+    pub mask: Vec<bool>,
+    /// Each sample's element count.
+    pub lengths: Vec<usize>,
+    /// The longest sample's element count (the padded length).
+    pub longest: usize,
+    /// Floats per element.
+    pub width: usize,
+}
+
+/// Samples concatenated: `values` is `[elements, width]` row-major, sample `i` owns elements
+/// `offsets[i]..offsets[i + 1]`, and `segment_ids[e]` is the sample element `e` belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackedSequences {
+    /// `[elements, width]`, sample after sample.
+    pub values: Vec<f32>,
+    /// `rows + 1` offsets into the elements, from 0 to their count.
+    pub offsets: Vec<usize>,
+    /// Per element, the index of its sample (PyG's `batch` vector).
+    pub segment_ids: Vec<i64>,
+    /// Floats per element.
+    pub width: usize,
+}
+
+impl PaddedSequences {
+    /// Pads `samples` (each `width × its length` floats) to the longest with `pad`.
+    ///
+    /// ```
+    /// use kiln_ml_data::PaddedSequences;
+    ///
+    /// let padded = PaddedSequences::from_samples(&[&[1.0, 2.0][..], &[3.0]], 1, 0.0);
+    /// assert_eq!(padded.values, [1.0, 2.0, 3.0, 0.0]);
+    /// assert_eq!(padded.mask, [true, true, true, false]);
+    /// assert_eq!(padded.padding_waste(), 1.0 / 3.0);
+    /// ```
+    pub fn from_samples(samples: &[&[f32]], width: usize, pad: f32) -> Self {
+        let width = width.max(1);
+        let lengths: Vec<usize> = samples.iter().map(|sample| sample.len() / width).collect();
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        let mut values = vec![pad; samples.len() * longest * width];
+        let mut mask = vec![false; samples.len() * longest];
+        for (row, sample) in samples.iter().enumerate() {
+            let length = lengths[row];
+            let start = row * longest * width;
+            values[start..start + length * width].copy_from_slice(&sample[..length * width]);
+            mask[row * longest..row * longest + length].fill(true);
+        }
+        Self {
+            values,
+            mask,
+            lengths,
+            longest,
+            width,
+        }
+    }
+
+    /// The number of samples.
+    pub fn rows(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Padding elements over real elements (0 when every sample is as long as the longest).
+    pub fn padding_waste(&self) -> f64 {
+        let real: usize = self.lengths.iter().sum();
+        let padded = self.rows() * self.longest;
+        if real == 0 {
+            0.0
+        } else {
+            (padded - real) as f64 / real as f64
+        }
+    }
+
+    /// The values as a `[rows, longest, width]` tensor and the mask as a `[rows, longest]` one.
+    pub fn to_tensors<B: Backend>(&self, device: &B::Device) -> (Tensor<B, 3>, Tensor<B, 2, Bool>) {
+        let shape = [self.rows(), self.longest, self.width];
+        let values = Tensor::from_data(TensorData::new(self.values.clone(), shape), device);
+        let mask = Tensor::from_data(
+            TensorData::new(self.mask.clone(), [self.rows(), self.longest]),
+            device,
+        );
+        (values, mask)
+    }
+}
+
+impl PackedSequences {
+    /// Concatenates `samples` (each `width × its length` floats).
+    ///
+    /// ```
+    /// use kiln_ml_data::PackedSequences;
+    ///
+    /// let packed = PackedSequences::from_samples(&[&[1.0, 2.0][..], &[], &[3.0]], 1);
+    /// assert_eq!(packed.values, [1.0, 2.0, 3.0]);
+    /// assert_eq!(packed.offsets, [0, 2, 2, 3]);
+    /// assert_eq!(packed.segment_ids, [0, 0, 2]);
+    /// ```
+    pub fn from_samples(samples: &[&[f32]], width: usize) -> Self {
+        let width = width.max(1);
+        let total: usize = samples.iter().map(|sample| sample.len() / width).sum();
+        let mut values = Vec::with_capacity(total * width);
+        let mut offsets = Vec::with_capacity(samples.len() + 1);
+        let mut segment_ids = Vec::with_capacity(total);
+        offsets.push(0);
+        for (row, sample) in samples.iter().enumerate() {
+            let length = sample.len() / width;
+            values.extend_from_slice(&sample[..length * width]);
+            segment_ids.extend(std::iter::repeat_n(row as i64, length));
+            offsets.push(offsets[row] + length);
+        }
+        Self {
+            values,
+            offsets,
+            segment_ids,
+            width,
+        }
+    }
+
+    /// The number of samples.
+    pub fn rows(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// The number of elements of all samples.
+    pub fn elements(&self) -> usize {
+        self.segment_ids.len()
+    }
+
+    /// The values as an `[elements, width]` tensor and the segment ids as an `[elements]` one.
+    pub fn to_tensors<B: Backend>(&self, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+        let values = Tensor::from_data(
+            TensorData::new(self.values.clone(), [self.elements(), self.width]),
+            device,
+        );
+        let segments = Tensor::from_data(
+            TensorData::new(self.segment_ids.clone(), [self.elements()]),
+            device,
+        );
+        (values, segments)
+    }
+}
+
+/// The samples of list column `column` padded to the longest with `pad` (see the module docs for
+/// the list types). Fails naming the column when it is missing, of another type, or holds a null
+/// (a null list, or a null value in one; an empty list is a sample of length 0).
+///
+/// ```
+/// use std::sync::Arc;
+/// use kiln_ml_data::arrow_array::{ListArray, RecordBatch, types::Float32Type};
+/// use kiln_ml_data::padded_list;
+///
+/// let pulses = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+///     Some(vec![Some(1.0), Some(2.0)]),
+///     Some(vec![Some(3.0)]),
+/// ]);
+/// let batch = RecordBatch::try_from_iter([("pulses", Arc::new(pulses) as _)]).unwrap();
+/// let padded = padded_list(&batch, "pulses", 0.0).unwrap();
+/// assert_eq!((padded.longest, padded.lengths.clone()), (2, vec![2, 1]));
+/// ```
+pub fn padded_list(
+    batch: &RecordBatch,
+    column: &str,
+    pad: f32,
+) -> Result<PaddedSequences, DecodeError> {
+    let (samples, width) = list_samples(batch, column)?;
+    Ok(PaddedSequences::from_samples(&samples, width, pad))
+}
+
+/// The samples of list column `column` concatenated, with offsets and segment ids (see
+/// [`padded_list`] for the types and errors).
+pub fn packed_list(batch: &RecordBatch, column: &str) -> Result<PackedSequences, DecodeError> {
+    let (samples, width) = list_samples(batch, column)?;
+    Ok(PackedSequences::from_samples(&samples, width))
+}
+
+/// Each row's elements of list column `column` as a slice of floats, and the floats per element.
+fn list_samples<'a>(
+    batch: &'a RecordBatch,
+    column: &str,
+) -> Result<(Vec<&'a [f32]>, usize), DecodeError> {
+    let named = |reason: &str| DecodeError::new(reason).in_column(column);
+    let array = batch
+        .column_by_name(column)
+        .ok_or_else(|| named("no such column"))?;
+    let list = array.as_list_opt::<i32>().ok_or_else(|| {
+        named("is not a list column (List<Float32> or List<FixedSizeList<Float32>>)")
+    })?;
+    if let Some(row) = (0..list.len()).find(|&row| list.is_null(row)) {
+        return Err(named("holds a null list").at_row(row as u64));
+    }
+    let (floats, width) = match list.values().data_type() {
+        DataType::Float32 => (list.values().as_primitive::<Float32Type>(), 1),
+        DataType::FixedSizeList(field, width) if field.data_type() == &DataType::Float32 => {
+            let elements = list.values().as_fixed_size_list();
+            if elements.null_count() > 0 {
+                return Err(named("holds a null element"));
+            }
+            (
+                elements.values().as_primitive::<Float32Type>(),
+                *width as usize,
+            )
+        }
+        other => {
+            return Err(named(&format!(
+                "is a list of {other}, not of Float32 elements"
+            )));
+        }
+    };
+    if floats.null_count() > 0 {
+        return Err(named("holds a null value"));
+    }
+    // Offsets count elements of the list's values; the floats start at the element array's own
+    // offset (a sliced fixed-size list) times the width.
+    let values = floats.values();
+    let element_offset = match list.values().data_type() {
+        DataType::Float32 => 0,
+        _ => list.values().offset() * width,
+    };
+    let samples = list
+        .offsets()
+        .windows(2)
+        .map(|bounds| {
+            let (start, end) = (bounds[0] as usize, bounds[1] as usize);
+            &values[element_offset + start * width..element_offset + end * width]
+        })
+        .collect();
+    Ok((samples, width))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, ListBuilder};
+    use arrow_array::{Int64Array, ListArray};
+    use burn::backend::Flex;
+
+    use super::*;
+
+    /// Pulses of 2 floats each: rows of 2, 0 and 3 pulses.
+    fn pulses() -> RecordBatch {
+        let mut builder = ListBuilder::new(FixedSizeListBuilder::new(Float32Builder::new(), 2));
+        for (row, count) in [2, 0, 3].into_iter().enumerate() {
+            for pulse in 0..count {
+                let elements = builder.values();
+                elements
+                    .values()
+                    .append_value(row as f32 * 10.0 + pulse as f32);
+                elements.values().append_value(-(pulse as f32));
+                elements.append(true);
+            }
+            builder.append(true);
+        }
+        RecordBatch::try_from_iter([("pulses", Arc::new(builder.finish()) as _)]).unwrap()
+    }
+
+    #[test]
+    fn elements_of_several_floats_pad_and_pack() {
+        let batch = pulses();
+        let padded = padded_list(&batch, "pulses", f32::NAN).unwrap();
+        assert_eq!((padded.longest, padded.width), (3, 2));
+        assert_eq!(padded.lengths, [2, 0, 3]);
+        assert_eq!(&padded.values[..4], &[0.0, 0.0, 1.0, -1.0]);
+        assert!(
+            padded.values[4..12].iter().all(|value| value.is_nan()),
+            "padding"
+        );
+        assert_eq!(&padded.values[12..], &[20.0, 0.0, 21.0, -1.0, 22.0, -2.0]);
+        assert_eq!(
+            padded.mask,
+            [true, true, false, false, false, false, true, true, true]
+        );
+        assert_eq!(padded.padding_waste(), 4.0 / 5.0);
+
+        let packed = packed_list(&batch, "pulses").unwrap();
+        assert_eq!(packed.offsets, [0, 2, 2, 5]);
+        assert_eq!(packed.segment_ids, [0, 0, 2, 2, 2]);
+        assert_eq!(packed.values[4..6], [20.0, 0.0]);
+
+        // A slice of the batch keeps its rows' elements.
+        let sliced = packed_list(&batch.slice(1, 2), "pulses").unwrap();
+        assert_eq!(sliced.offsets, [0, 0, 3]);
+        assert_eq!(sliced.values, [20.0, 0.0, 21.0, -1.0, 22.0, -2.0]);
+    }
+
+    #[test]
+    fn the_tensors_have_the_batch_shapes() {
+        let padded = padded_list(&pulses(), "pulses", 0.0).unwrap();
+        let (values, mask) = padded.to_tensors::<Flex>(&Default::default());
+        assert_eq!(values.dims(), [3, 3, 2]);
+        assert_eq!(mask.dims(), [3, 3]);
+        assert_eq!(
+            mask.int().sum().into_scalar() as usize,
+            5,
+            "one true per real element"
+        );
+        let packed = packed_list(&pulses(), "pulses").unwrap();
+        let (values, segments) = packed.to_tensors::<Flex>(&Default::default());
+        assert_eq!(values.dims(), [5, 2]);
+        let segments: Vec<i64> = segments.into_data().iter::<i64>().collect();
+        assert_eq!(segments, [0, 0, 2, 2, 2]);
+    }
+
+    #[test]
+    fn wrong_columns_and_nulls_are_named() {
+        let floats =
+            ListArray::from_iter_primitive::<Float32Type, _, _>(vec![Some(vec![Some(1.0)]), None]);
+        let batch = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(vec![1, 2])) as _),
+            ("hits", Arc::new(floats) as _),
+        ])
+        .unwrap();
+        let error = padded_list(&batch, "hits", 0.0).unwrap_err();
+        assert_eq!((error.column(), error.row()), (Some("hits"), Some(1)));
+        let error = packed_list(&batch, "id").unwrap_err();
+        assert_eq!(error.column(), Some("id"));
+        assert!(packed_list(&batch, "nope").unwrap_err().column() == Some("nope"));
+        let with_null_value =
+            ListArray::from_iter_primitive::<Float32Type, _, _>(vec![Some(vec![Some(1.0), None])]);
+        let batch = RecordBatch::try_from_iter([("hits", Arc::new(with_null_value) as _)]).unwrap();
+        let error = padded_list(&batch, "hits", 0.0).unwrap_err();
+        assert!(error.to_string().contains("null"), "{error}");
+    }
+}
