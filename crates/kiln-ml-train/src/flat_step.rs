@@ -11,8 +11,8 @@
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, Tensor};
 
 use crate::buckets::{ReplaceParams, concat, split};
 use crate::clipping::clip_factor_on_device;
@@ -251,7 +251,10 @@ fn scaled<B: Backend>(grads: Vec<Tensor<B, 1>>, hints: Option<StepHints>) -> Vec
             let factor = clip_factor_on_device(squared, hints.factor, max_norm);
             grads
                 .into_iter()
-                .map(|grad| grad.mul(factor.clone()))
+                .map(|grad| {
+                    let factor = factor.clone().cast(grad.dtype());
+                    grad.mul(factor)
+                })
                 .collect()
         }
         None if hints.factor != 1.0 => grads
@@ -267,7 +270,8 @@ fn scaled<B: Backend>(grads: Vec<Tensor<B, 1>>, hints: Option<StepHints>) -> Vec
 fn squared_norm<B: Backend>(buckets: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
     buckets
         .iter()
-        .map(|bucket| bucket.clone().square().sum())
+        // In f32 whatever the backend's float type, as the per-tensor norm (`clipping`).
+        .map(|bucket| bucket.clone().cast(FloatDType::F32).square().sum())
         .reduce(|total, squares| total + squares)
 }
 
@@ -440,11 +444,14 @@ mod tests {
         generation: u64,
     ) -> Mlp<Ad> {
         let grads = grads_of(&model);
-        step_hints::offer(StepHints {
-            factor: 1.0,
-            max_norm: None,
-            generation,
-        });
+        step_hints::offer::<()>(
+            StepHints {
+                factor: 1.0,
+                max_norm: None,
+                generation,
+            },
+            None,
+        );
         let stepped = optimizer.step(0.1, model, grads);
         assert!(
             step_hints::withdraw(),

@@ -223,11 +223,7 @@ where
             StepHints::nothing(self.model_generation)
         };
         let learning_rate = self.scheduler.step();
-        let offers_grads = bucketed.is_some();
-        if let Some(bucketed) = bucketed {
-            step_hints::offer_grads(bucketed);
-        }
-        self.step_optimizer(learning_rate, model, grads, hints, offers_grads)?;
+        self.step_optimizer(learning_rate, model, grads, hints, bucketed)?;
         Ok(Outcome {
             outcome: StepOutcome::Applied,
             learning_rate,
@@ -281,7 +277,7 @@ where
             }
         };
         let learning_rate = self.scheduler.step();
-        self.step_optimizer(learning_rate, model, grads, hints, false)?;
+        self.step_optimizer(learning_rate, model, grads, hints, None)?;
         self.last_loss = Some(LastLoss::OnDevice(loss_sum.div_scalar(divisor)));
         Ok(Outcome {
             outcome: StepOutcome::Applied,
@@ -297,8 +293,8 @@ where
         self.fused_optimizer == Some(true)
     }
 
-    /// Steps the optimizer with `hints` offered (see `step_hints`; `offers_grads` when the
-    /// gradients were offered in buckets beside them, and so left `grads`) and learns from
+    /// Steps the optimizer with `hints` offered (see `step_hints`), and `bucketed`, the
+    /// gradients already laid out in its buckets (they have left `grads`), and learns from
     /// whether it took them which kind of optimizer it is. The model is back in place on every
     /// path.
     fn step_optimizer(
@@ -307,10 +303,10 @@ where
         model: M,
         grads: GradientsParams,
         hints: StepHints,
-        offers_grads: bool,
+        bucketed: Option<BucketedGrads<B::InnerBackend>>,
     ) -> Result<()> {
-        let delegated = offers_grads || hints != StepHints::nothing(hints.generation);
-        step_hints::offer(hints);
+        let delegated = bucketed.is_some() || hints != StepHints::nothing(hints.generation);
+        step_hints::offer(hints, bucketed);
         self.model = Some(self.optim.step(learning_rate, model, grads));
         let taken = step_hints::withdraw();
         if delegated && !taken {
@@ -319,7 +315,8 @@ where
                 field: "optimizer",
                 value: "an optimizer that took the trainer's gradient scaling before".to_owned(),
                 reason: "it did not take it at this step, which was applied without unscaling \
-                         or clipping; a fused kiln optimizer must stay one for the whole run"
+                         or clipping (or without gradients, if they were bucketed); a fused kiln \
+                         optimizer must stay one for the whole run"
                     .to_owned(),
             });
         }

@@ -47,20 +47,18 @@ thread_local! {
     static OFFERED_GRADS: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
 }
 
-/// Offers `hints` to the optimizer step about to run on this thread.
-pub(crate) fn offer(hints: StepHints) {
+/// Offers `hints`, and the gradients already in buckets if any, to the optimizer step about to
+/// run on this thread. Whatever an earlier offer left (a step that panicked) is replaced.
+pub(crate) fn offer<T: Any>(hints: StepHints, grads: Option<T>) {
     OFFERED.with(|offered| offered.set(Some(hints)));
+    OFFERED_GRADS.with(|offered| {
+        *offered.borrow_mut() = grads.map(|grads| Box::new(grads) as Box<dyn Any>);
+    });
 }
 
 /// Takes the hints offered for this step, if any (a fused optimizer, in its `step`).
 pub(crate) fn take() -> Option<StepHints> {
     OFFERED.with(Cell::take)
-}
-
-/// Offers the step's gradients, already laid out in a fused optimizer's buckets, with the
-/// hints (see the module docs).
-pub(crate) fn offer_grads<T: Any>(grads: T) {
-    OFFERED_GRADS.with(|offered| *offered.borrow_mut() = Some(Box::new(grads)));
 }
 
 /// Takes the gradients offered for this step when they are a `T` (a fused optimizer, in its
@@ -87,30 +85,34 @@ mod tests {
             max_norm: Some(1.0),
             generation: 3,
         };
-        offer(hints);
+        offer::<()>(hints, None);
         assert_eq!(take(), Some(hints));
         assert_eq!(take(), None);
         assert!(withdraw(), "taken");
-        offer(StepHints::nothing(3));
+        offer::<()>(StepHints::nothing(3), None);
         assert!(!withdraw(), "left by the optimizer");
         assert_eq!(take(), None, "withdrawn");
     }
 
     #[test]
     fn offered_gradients_are_taken_once_by_type_and_withdrawn_with_the_hints() {
-        offer_grads(vec![1.0_f32, 2.0]);
+        let hints = StepHints::nothing(0);
+        offer(hints, Some(vec![1.0_f32, 2.0]));
         assert_eq!(take_grads::<Vec<f64>>(), None, "another type takes nothing");
         assert_eq!(
             take_grads::<Vec<f32>>(),
             None,
             "a wrong take drops the offer"
         );
-        offer_grads(vec![1.0_f32, 2.0]);
+        offer(hints, Some(vec![1.0_f32, 2.0]));
         assert_eq!(take_grads::<Vec<f32>>(), Some(vec![1.0, 2.0]));
         assert_eq!(take_grads::<Vec<f32>>(), None);
-        offer(StepHints::nothing(0));
-        offer_grads(7_u8);
+        offer(hints, Some(7_u8));
         assert!(!withdraw());
         assert_eq!(take_grads::<u8>(), None, "withdrawn");
+        // A later offer without gradients replaces what a panicked step left.
+        offer(hints, Some(7_u8));
+        offer::<u8>(hints, None);
+        assert_eq!(take_grads::<u8>(), None, "replaced");
     }
 }

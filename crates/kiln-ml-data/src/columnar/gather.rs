@@ -330,6 +330,25 @@ mod tests {
     }
 
     #[test]
+    fn chunks_of_other_types_are_refused_not_misread() {
+        use arrow_array::{Float32Array, Int32Array};
+        let (mut rows, mut other) = (Vec::new(), Vec::new());
+        let ints =
+            RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef)])
+                .unwrap();
+        let floats = RecordBatch::try_from_iter([(
+            "x",
+            Arc::new(Float32Array::from(vec![1.0, 2.0])) as ArrayRef,
+        )])
+        .unwrap();
+        ArrowRows.decode(&ints, &mut rows).unwrap();
+        ArrowRows.decode(&floats, &mut other).unwrap();
+        // Same width, another type: Arrow's error, as before the row-major staging.
+        let mixed = [rows[0].clone(), other[0].clone(), rows[1].clone()];
+        assert!(gather_rows(&mixed).is_err());
+    }
+
+    #[test]
     fn rows_of_one_chunk_out_of_order_are_taken() {
         let rows = rows();
         let picked: Vec<ArrowRow> = [3, 0, 0, 4].iter().map(|&i| rows[i].clone()).collect();

@@ -49,6 +49,10 @@ pub struct PackedSequences {
 impl PaddedSequences {
     /// Pads `samples` (each `width × its length` floats) to the longest with `pad`.
     ///
+    /// # Panics
+    ///
+    /// When a sample's float count is not a multiple of `width`.
+    ///
     /// ```
     /// use kiln_ml_data::PaddedSequences;
     ///
@@ -59,6 +63,7 @@ impl PaddedSequences {
     /// ```
     pub fn from_samples(samples: &[&[f32]], width: usize, pad: f32) -> Self {
         let width = width.max(1);
+        check_widths(samples, width);
         let lengths: Vec<usize> = samples.iter().map(|sample| sample.len() / width).collect();
         let longest = lengths.iter().copied().max().unwrap_or(0);
         let mut values = vec![pad; samples.len() * longest * width];
@@ -109,6 +114,10 @@ impl PaddedSequences {
 impl PackedSequences {
     /// Concatenates `samples` (each `width × its length` floats).
     ///
+    /// # Panics
+    ///
+    /// When a sample's float count is not a multiple of `width`.
+    ///
     /// ```
     /// use kiln_ml_data::PackedSequences;
     ///
@@ -119,6 +128,7 @@ impl PackedSequences {
     /// ```
     pub fn from_samples(samples: &[&[f32]], width: usize) -> Self {
         let width = width.max(1);
+        check_widths(samples, width);
         let total: usize = samples.iter().map(|sample| sample.len() / width).sum();
         let mut values = Vec::with_capacity(total * width);
         let mut offsets = Vec::with_capacity(samples.len() + 1);
@@ -159,6 +169,20 @@ impl PackedSequences {
             device,
         );
         (values, segments)
+    }
+}
+
+/// Panics naming the first sample whose float count is not a multiple of `width`.
+fn check_widths(samples: &[&[f32]], width: usize) {
+    if let Some((row, sample)) = samples
+        .iter()
+        .enumerate()
+        .find(|(_, sample)| sample.len() % width != 0)
+    {
+        panic!(
+            "sample {row} has {} floats, not a whole number of elements of width {width}",
+            sample.len()
+        );
     }
 }
 
@@ -210,16 +234,26 @@ fn list_samples<'a>(
     if let Some(row) = (0..list.len()).find(|&row| list.is_null(row)) {
         return Err(named("holds a null list").at_row(row as u64));
     }
-    let (floats, width) = match list.values().data_type() {
-        DataType::Float32 => (list.values().as_primitive::<Float32Type>(), 1),
+    // A sliced list keeps its whole child: only the elements its rows own are checked.
+    let offsets = list.offsets();
+    let (first, last) = (offsets[0] as usize, offsets[offsets.len() - 1] as usize);
+    let owned = list.values().slice(first, last - first);
+    let (floats, owned_floats, width) = match list.values().data_type() {
+        DataType::Float32 => (list.values().as_primitive::<Float32Type>(), owned, 1),
         DataType::FixedSizeList(field, width) if field.data_type() == &DataType::Float32 => {
-            let elements = list.values().as_fixed_size_list();
-            if elements.null_count() > 0 {
+            let width = usize::try_from(*width).unwrap_or(0);
+            if width == 0 {
+                return Err(named("is a list of fixed-size lists of width 0"));
+            }
+            if owned.null_count() > 0 {
                 return Err(named("holds a null element"));
             }
+            let elements = list.values().as_fixed_size_list();
+            let owned_floats = owned.as_fixed_size_list().values().clone();
             (
                 elements.values().as_primitive::<Float32Type>(),
-                *width as usize,
+                owned_floats,
+                width,
             )
         }
         other => {
@@ -228,23 +262,13 @@ fn list_samples<'a>(
             )));
         }
     };
-    if floats.null_count() > 0 {
+    if owned_floats.null_count() > 0 {
         return Err(named("holds a null value"));
     }
-    // Offsets count elements of the list's values; the floats start at the element array's own
-    // offset (a sliced fixed-size list) times the width.
     let values = floats.values();
-    let element_offset = match list.values().data_type() {
-        DataType::Float32 => 0,
-        _ => list.values().offset() * width,
-    };
-    let samples = list
-        .offsets()
+    let samples = offsets
         .windows(2)
-        .map(|bounds| {
-            let (start, end) = (bounds[0] as usize, bounds[1] as usize);
-            &values[element_offset + start * width..element_offset + end * width]
-        })
+        .map(|bounds| &values[bounds[0] as usize * width..bounds[1] as usize * width])
         .collect();
     Ok((samples, width))
 }
@@ -342,5 +366,24 @@ mod tests {
         let batch = RecordBatch::try_from_iter([("hits", Arc::new(with_null_value) as _)]).unwrap();
         let error = padded_list(&batch, "hits", 0.0).unwrap_err();
         assert!(error.to_string().contains("null"), "{error}");
+    }
+
+    #[test]
+    fn a_null_outside_a_sliced_batch_does_not_count() {
+        let hits = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(1.0), None]),
+            Some(vec![Some(2.0), Some(3.0)]),
+        ]);
+        let batch = RecordBatch::try_from_iter([("hits", Arc::new(hits) as _)]).unwrap();
+        assert!(packed_list(&batch, "hits").is_err());
+        let packed = packed_list(&batch.slice(1, 1), "hits").unwrap();
+        assert_eq!(packed.values, [2.0, 3.0]);
+        assert_eq!(packed.offsets, [0, 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "sample 1 has 3 floats")]
+    fn a_partial_element_is_refused() {
+        let _ = PackedSequences::from_samples(&[&[1.0, 2.0][..], &[1.0, 2.0, 3.0]], 2);
     }
 }

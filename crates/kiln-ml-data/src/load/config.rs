@@ -5,6 +5,11 @@ use crate::{Error, Result};
 /// The default of [`LoaderConfig::prefetch_bytes`]: 64 MiB.
 pub(crate) const DEFAULT_PREFETCH_BYTES: u64 = 64 << 20;
 
+/// For settings saved before `prefetch_bytes` existed.
+fn default_prefetch_bytes() -> u64 {
+    DEFAULT_PREFETCH_BYTES
+}
+
 /// How a [`Loader`](crate::Loader) runs: worker threads, prefetch depth and the last batch.
 ///
 /// The defaults are the fast path: a worker per core (up to 8) and a prefetch window the loader
@@ -21,10 +26,12 @@ pub struct LoaderConfig {
     /// `prefetch_bytes` holds, from the block sizes the source reports, between 2 and 256 (16
     /// where the source does not report them). Small batches need a deep window, or the
     /// workers' wake-ups, one per batch, cost more than the batches (see `prefetch_depth`).
+    #[serde(default)]
     pub prefetch_batches: Option<usize>,
     /// The bytes of samples the prefetched batches may hold when the loader sizes the window
     /// itself (default 64 MiB), counted at the source's in-memory block sizes (a Parquet row
     /// group's uncompressed size).
+    #[serde(default = "default_prefetch_bytes")]
     pub prefetch_bytes: u64,
     /// Blocks read beyond those the prefetched batches need (default 32), in the plan's
     /// schedule order. This keeps workers busy when a plan needs many new blocks at once, as a
@@ -132,5 +139,19 @@ mod tests {
             .with_prefetch_bytes(0)
             .with_prefetch_batches(4);
         assert!(fixed.validate().is_ok());
+    }
+
+    #[test]
+    fn settings_saved_before_the_byte_budget_still_load() {
+        let saved =
+            r#"{"workers":2,"prefetch_batches":4,"read_ahead_blocks":32,"drop_last":false}"#;
+        let config: LoaderConfig = serde_json::from_str(saved).unwrap();
+        assert_eq!(config.prefetch_batches, Some(4));
+        assert_eq!(config.prefetch_bytes, DEFAULT_PREFETCH_BYTES);
+        let round_trip = serde_json::to_string(&LoaderConfig::new()).unwrap();
+        assert_eq!(
+            serde_json::from_str::<LoaderConfig>(&round_trip).unwrap(),
+            LoaderConfig::new()
+        );
     }
 }

@@ -47,8 +47,8 @@ pub(crate) fn prefetch_depth(
 fn bytes_per_sample(layout: &(impl BlockLayout + ?Sized)) -> Option<f64> {
     let (mut bytes, mut rows) = (0u64, 0u64);
     for (index, block) in layout.blocks().iter().enumerate() {
-        bytes += layout.block_bytes(index as u32)?;
-        rows += block.rows;
+        bytes = bytes.saturating_add(layout.block_bytes(index as u32)?);
+        rows = rows.saturating_add(block.rows);
     }
     (rows > 0).then(|| bytes as f64 / rows as f64)
 }

@@ -40,8 +40,9 @@ pub(crate) struct RowMajor {
     pub(crate) columns: Vec<StagedColumn>,
     /// The columns grouped by width (they are sorted widest first).
     runs: Vec<WidthRun>,
-    /// Bit `i` set when column `i` is staged: chunks of one schema with equal masks stage alike.
-    mask: Vec<u64>,
+    /// Which columns are staged and as what: bit `i` of the first words set when column `i` is
+    /// staged, then 4 bits per staged column naming its type. Equal keys, equal layouts.
+    key: Vec<u64>,
     stride: usize,
     data: Vec<u8>,
 }
@@ -93,10 +94,7 @@ impl RowMajor {
         if columns.is_empty() {
             return None;
         }
-        let mut mask = vec![0u64; batch.num_columns().div_ceil(64)];
-        for column in &columns {
-            mask[column.index / 64] |= 1 << (column.index % 64);
-        }
+        let key = layout_key(batch, &columns);
         let rows = batch.num_rows();
         let mut data = vec![0u8; rows * stride];
         for column in &columns {
@@ -108,17 +106,19 @@ impl RowMajor {
         Some(Self {
             columns,
             runs,
-            mask,
+            key,
             stride,
             data,
         })
     }
 
-    /// Whether `other` (a chunk of the same schema) stages the same columns.
+    /// Whether `other` stages the same columns, of the same types, at the same places.
     pub(crate) fn stages_like(&self, other: &RowMajor) -> bool {
-        match (self.mask.as_slice(), other.mask.as_slice()) {
-            // One word (up to 64 columns): no call to a slice comparison per chunk and batch.
-            ([mine], [theirs]) => mine == theirs,
+        match (self.key.as_slice(), other.key.as_slice()) {
+            // The usual key, up to 64 columns and 16 staged: no slice comparison per chunk.
+            ([mask, types], [other_mask, other_types]) => {
+                mask == other_mask && types == other_types
+            }
             (mine, theirs) => mine == theirs,
         }
     }
@@ -166,6 +166,43 @@ pub(crate) fn gather_staged(
             (column.index, array)
         })
         .collect()
+}
+
+/// The staged columns' key (see [`RowMajor`]): which columns, then their types, packed.
+fn layout_key(batch: &RecordBatch, columns: &[StagedColumn]) -> Vec<u64> {
+    let mut key = vec![0u64; batch.num_columns().div_ceil(64)];
+    for column in columns {
+        key[column.index / 64] |= 1 << (column.index % 64);
+    }
+    // In column order (the staged order is by width), 16 type codes a word.
+    let mut by_index: Vec<&StagedColumn> = columns.iter().collect();
+    by_index.sort_by_key(|column| column.index);
+    for (slot, column) in by_index.iter().enumerate() {
+        if slot % 16 == 0 {
+            key.push(0);
+        }
+        let code = type_code(batch.schema_ref().field(column.index).data_type());
+        *key.last_mut().expect("pushed above") |= code << (4 * (slot % 16));
+    }
+    key
+}
+
+/// A staged type's 4-bit code (its place in [`staged_width`]'s list).
+fn type_code(data_type: &DataType) -> u64 {
+    match data_type {
+        DataType::Int8 => 1,
+        DataType::UInt8 => 2,
+        DataType::Int16 => 3,
+        DataType::UInt16 => 4,
+        DataType::Float16 => 5,
+        DataType::Int32 => 6,
+        DataType::UInt32 => 7,
+        DataType::Float32 => 8,
+        DataType::Int64 => 9,
+        DataType::UInt64 => 10,
+        DataType::Float64 => 11,
+        _ => 0,
+    }
 }
 
 /// The bytes of one value of a column stageable in a row, by its type.
@@ -294,7 +331,8 @@ mod tests {
         // Widest first in a row: i64, f32, i16, i8.
         let indices: Vec<usize> = staged[0].columns.iter().map(|c| c.index).collect();
         assert_eq!(indices, [0, 4, 2, 5]);
-        assert_eq!(staged[0].mask, [0b110101]);
+        // Columns 0, 2, 4 and 5 staged; in column order i64 (9), i16 (3), f32 (8), i8 (1).
+        assert_eq!(staged[0].key, [0b110101, 0x1839]);
         assert!(staged[1].stages_like(&staged[0]));
         assert_eq!(staged[1].columns, staged[0].columns);
         let chunks = [&staged[0], &staged[1]];
