@@ -17,6 +17,7 @@ mod range_reader;
 mod remote;
 mod retry_policy;
 mod row_major;
+mod sample_sizes;
 mod schema_depth;
 mod scheme;
 mod source;
