@@ -13,7 +13,8 @@
 //!
 //! [`measure`] reports each for the whole order and for its first and last windows (10 batches
 //! by default), where buffer shuffles are weakest. [`residency`] says how much data a loader
-//! must hold to execute a plan.
+//! must hold to execute a plan, and [`SizeFigures`] what samples of different sizes cost a
+//! batch (padding waste, elements per batch).
 //!
 //! Spearman's ρ alone is a weak test: any order whose *block* sequence is random has
 //! |ρ| ≈ 1/√(blocks), however little it mixes. Read it with the batch measures.
@@ -22,6 +23,7 @@ mod ideal;
 mod options;
 mod report;
 mod residency;
+mod sizes;
 mod spearman;
 mod stats;
 
@@ -29,4 +31,5 @@ pub use ideal::IdealStats;
 pub use options::{Grouping, QualityOptions};
 pub use report::{QualityReport, Stretch, measure};
 pub use residency::{PlanResidency, residency};
+pub use sizes::SizeFigures;
 pub use stats::{LagRate, OrderStats};
