@@ -79,6 +79,7 @@ mod rng;
 mod sequential;
 mod sharded;
 mod sharding;
+mod size_budget;
 
 pub use block_shuffle::{BlockShuffleConfig, BlockShuffleOrder, BlockShuffleSampler};
 /// The crate's error: kiln-ml-core's, since every sampler answers through the
@@ -97,6 +98,7 @@ pub use random::{RandomOrder, RandomSampler};
 pub use sequential::{SequentialOrder, SequentialSampler};
 pub use sharded::Sharded;
 pub use sharding::{RemainderPolicy, Sharding};
+pub use size_budget::{BudgetBatches, SizeBudget};
 
 /// The README's examples, compiled and run as doctests so that they cannot drift from the API.
 #[cfg(doctest)]

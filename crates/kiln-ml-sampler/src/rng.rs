@@ -31,6 +31,8 @@ pub(crate) enum Purpose {
     Pad = 5,
     /// Monte Carlo estimates of ideal shuffle quality.
     MonteCarlo = 6,
+    /// The order of the size-budget batches of each length-aware window.
+    BudgetBatches = 7,
 }
 
 /// A ChaCha8 stream for one purpose of one epoch.

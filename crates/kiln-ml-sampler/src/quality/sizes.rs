@@ -41,16 +41,53 @@ impl SizeFigures {
         if batch_size == 0 {
             return Err(Error::ZeroBatchSize);
         }
+        let batches = order
+            .chunks(batch_size)
+            .enumerate()
+            .map(|(batch, samples)| (batch * batch_size, samples));
+        Self::of(batches, sizes)
+    }
+
+    /// The figures of `order` cut at `ends` (one past each batch's last position, increasing,
+    /// the last one `order.len()`), as [`SizeBudget`](crate::SizeBudget) cuts it.
+    pub fn of_ends(order: &[SampleId], sizes: &[u64], ends: &[u64]) -> Result<Self> {
+        let mut start = 0usize;
+        let mut batches = Vec::with_capacity(ends.len());
+        for &end in ends {
+            let end = end as usize;
+            if end <= start || end > order.len() {
+                return Err(Error::InvalidConfig(format!(
+                    "batch ends must increase within the order's {} positions: {end} after {start}",
+                    order.len()
+                )));
+            }
+            batches.push((start, &order[start..end]));
+            start = end;
+        }
+        if start != order.len() {
+            return Err(Error::InvalidConfig(format!(
+                "the batch ends stop at {start} of the order's {} positions",
+                order.len()
+            )));
+        }
+        Self::of(batches.into_iter(), sizes)
+    }
+
+    /// The figures of `batches` (each with its first position, for errors).
+    fn of<'a>(
+        batches: impl Iterator<Item = (usize, &'a [SampleId])>,
+        sizes: &[u64],
+    ) -> Result<Self> {
         let (mut real, mut padded) = (0u64, 0u64);
         let (mut max_elements, mut max_padded_elements) = (0u64, 0u64);
-        let mut batches = 0;
-        for (batch, samples) in order.chunks(batch_size).enumerate() {
+        let mut count = 0;
+        for (first, samples) in batches {
             let (mut sum, mut longest) = (0u64, 0u64);
             for (offset, &sample) in samples.iter().enumerate() {
                 let size = *sizes.get(sample as usize).ok_or_else(|| {
                     Error::InvalidConfig(format!(
                         "position {} names sample {sample}, but sizes are given for {} samples",
-                        batch * batch_size + offset,
+                        first + offset,
                         sizes.len()
                     ))
                 })?;
@@ -62,19 +99,19 @@ impl SizeFigures {
             padded += padded_batch;
             max_elements = max_elements.max(sum);
             max_padded_elements = max_padded_elements.max(padded_batch);
-            batches += 1;
+            count += 1;
         }
         Ok(Self {
-            batches,
+            batches: count,
             padding_waste: if real == 0 {
                 0.0
             } else {
                 (padded - real) as f64 / real as f64
             },
-            mean_elements: if batches == 0 {
+            mean_elements: if count == 0 {
                 0.0
             } else {
-                real as f64 / batches as f64
+                real as f64 / count as f64
             },
             max_elements,
             max_padded_elements,
@@ -101,6 +138,19 @@ mod tests {
         let error = SizeFigures::of_batches(&[0, 3], &[1, 2], 2).unwrap_err();
         assert!(error.to_string().contains("sample 3"), "{error}");
         assert!(SizeFigures::of_batches(&[0], &[1], 0).is_err());
+        assert!(
+            SizeFigures::of_ends(&[0, 1], &[1, 2], &[1]).is_err(),
+            "short"
+        );
+        assert!(
+            SizeFigures::of_ends(&[0, 1], &[1, 2], &[1, 1, 2]).is_err(),
+            "empty batch"
+        );
+        let ends = SizeFigures::of_ends(&[0, 1, 2], &[5, 1, 2], &[2, 3]).unwrap();
+        assert_eq!(
+            ends,
+            SizeFigures::of_batches(&[0, 1, 2], &[5, 1, 2], 2).unwrap()
+        );
         let empty = SizeFigures::of_batches(&[], &[], 4).unwrap();
         assert_eq!(
             (empty.batches, empty.padding_waste, empty.mean_elements),
