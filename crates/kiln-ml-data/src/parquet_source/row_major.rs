@@ -7,24 +7,37 @@
 //! columns are then cut out of the batch's rows while they are in cache. A chunk is staged the
 //! first time a gather needs it: sequential plans, which slice chunks, never pay for it.
 
-use std::sync::Arc;
-
-use arrow_array::types::{
-    ArrowPrimitiveType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
-    Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
-};
-use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
-use arrow_buffer::{Buffer, MutableBuffer, ScalarBuffer};
+use arrow_array::{Array, ArrayRef, RecordBatch, make_array};
+use arrow_buffer::{Buffer, MutableBuffer};
+use arrow_data::ArrayData;
 use arrow_schema::{DataType, Schema};
 
 use crate::cache_hint::prefetch;
 
-/// One staged column: its index in the chunk, its bytes' offset in a staged row, its width.
+/// The types a row stages: fixed-width numbers. A type's code in the layout key is its place
+/// here, plus one.
+const STAGED_TYPES: [DataType; 11] = [
+    DataType::Int8,
+    DataType::UInt8,
+    DataType::Int16,
+    DataType::UInt16,
+    DataType::Float16,
+    DataType::Int32,
+    DataType::UInt32,
+    DataType::Float32,
+    DataType::Int64,
+    DataType::UInt64,
+    DataType::Float64,
+];
+
+/// One staged column: its index in the chunk, its bytes' offset in a staged row, its width,
+/// its type's code (see [`STAGED_TYPES`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StagedColumn {
     pub(crate) index: usize,
     offset: usize,
     width: usize,
+    code: u64,
 }
 
 /// Staged columns of one width, side by side in a row: `columns` of them from byte `offset`.
@@ -66,11 +79,12 @@ impl RowMajor {
             if column.null_count() > 0 {
                 continue;
             }
-            if let Some(width) = staged_width(column.data_type()) {
+            if let Some((width, code)) = staged_type(column.data_type()) {
                 columns.push(StagedColumn {
                     index,
                     offset: 0,
                     width,
+                    code,
                 });
             }
         }
@@ -94,7 +108,7 @@ impl RowMajor {
         if columns.is_empty() {
             return None;
         }
-        let key = layout_key(batch, &columns);
+        let key = layout_key(batch.num_columns(), &columns);
         let rows = batch.num_rows();
         let mut data = vec![0u8; rows * stride];
         for column in &columns {
@@ -161,16 +175,15 @@ pub(crate) fn gather_staged(
         .iter()
         .map(|column| {
             let values = columns.slice_with_length(count * column.offset, count * column.width);
-            let array = primitive_array(schema.field(column.index).data_type(), values)
-                .expect("a staged column has a staged type");
+            let array = primitive_array(schema.field(column.index).data_type(), values, count);
             (column.index, array)
         })
         .collect()
 }
 
-/// The staged columns' key (see [`RowMajor`]): which columns, then their types, packed.
-fn layout_key(batch: &RecordBatch, columns: &[StagedColumn]) -> Vec<u64> {
-    let mut key = vec![0u64; batch.num_columns().div_ceil(64)];
+/// The staged columns' key (see [`RowMajor`]): which columns, then their types' codes, packed.
+fn layout_key(num_columns: usize, columns: &[StagedColumn]) -> Vec<u64> {
+    let mut key = vec![0u64; num_columns.div_ceil(64)];
     for column in columns {
         key[column.index / 64] |= 1 << (column.index % 64);
     }
@@ -181,64 +194,23 @@ fn layout_key(batch: &RecordBatch, columns: &[StagedColumn]) -> Vec<u64> {
         if slot % 16 == 0 {
             key.push(0);
         }
-        let code = type_code(batch.schema_ref().field(column.index).data_type());
-        *key.last_mut().expect("pushed above") |= code << (4 * (slot % 16));
+        *key.last_mut().expect("pushed above") |= column.code << (4 * (slot % 16));
     }
     key
 }
 
-/// A staged type's 4-bit code (its place in [`staged_width`]'s list).
-fn type_code(data_type: &DataType) -> u64 {
-    match data_type {
-        DataType::Int8 => 1,
-        DataType::UInt8 => 2,
-        DataType::Int16 => 3,
-        DataType::UInt16 => 4,
-        DataType::Float16 => 5,
-        DataType::Int32 => 6,
-        DataType::UInt32 => 7,
-        DataType::Float32 => 8,
-        DataType::Int64 => 9,
-        DataType::UInt64 => 10,
-        DataType::Float64 => 11,
-        _ => 0,
-    }
+/// The value width and key code of a stageable type; `None` for any other.
+fn staged_type(data_type: &DataType) -> Option<(usize, u64)> {
+    let place = STAGED_TYPES.iter().position(|staged| staged == data_type)?;
+    Some((data_type.primitive_width()?, place as u64 + 1))
 }
 
-/// The bytes of one value of a column stageable in a row, by its type.
-fn staged_width(data_type: &DataType) -> Option<usize> {
-    match data_type {
-        DataType::Int8 | DataType::UInt8 => Some(1),
-        DataType::Int16 | DataType::UInt16 | DataType::Float16 => Some(2),
-        DataType::Int32 | DataType::UInt32 | DataType::Float32 => Some(4),
-        DataType::Int64 | DataType::UInt64 | DataType::Float64 => Some(8),
-        _ => None,
-    }
-}
-
-/// `bytes` (values of `width` bytes) as an array of `data_type`.
-fn primitive_array(data_type: &DataType, bytes: Buffer) -> Option<ArrayRef> {
-    fn array<T: ArrowPrimitiveType>(bytes: Buffer) -> ArrayRef {
-        let len = bytes.len() / std::mem::size_of::<T::Native>();
-        Arc::new(PrimitiveArray::<T>::new(
-            ScalarBuffer::new(bytes, 0, len),
-            None,
-        ))
-    }
-    Some(match data_type {
-        DataType::Int8 => array::<Int8Type>(bytes),
-        DataType::UInt8 => array::<UInt8Type>(bytes),
-        DataType::Int16 => array::<Int16Type>(bytes),
-        DataType::UInt16 => array::<UInt16Type>(bytes),
-        DataType::Float16 => array::<Float16Type>(bytes),
-        DataType::Int32 => array::<Int32Type>(bytes),
-        DataType::UInt32 => array::<UInt32Type>(bytes),
-        DataType::Float32 => array::<Float32Type>(bytes),
-        DataType::Int64 => array::<Int64Type>(bytes),
-        DataType::UInt64 => array::<UInt64Type>(bytes),
-        DataType::Float64 => array::<Float64Type>(bytes),
-        _ => return None,
-    })
+/// `count` values of `data_type` in `values` (aligned, as `gather_staged` cuts them) as an
+/// array.
+fn primitive_array(data_type: &DataType, values: Buffer, count: usize) -> ArrayRef {
+    let data = ArrayData::try_new(data_type.clone(), count, None, 0, vec![values], vec![])
+        .expect("a staged column's bytes are whole, aligned values of its type");
+    make_array(data)
 }
 
 /// Writes each value of `values` (`width` bytes each) at `offset` of its row of `stride` bytes.
@@ -283,7 +255,10 @@ fn spread_row(out: &mut [u8], row: &[u8], count: usize, position: usize, run: &W
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float32Type, Int8Type, Int16Type, Int64Type};
     use arrow_array::{Float32Array, Float64Array, Int8Array, Int16Array, Int64Array, StringArray};
 
     use super::*;
