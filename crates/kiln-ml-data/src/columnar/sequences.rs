@@ -9,12 +9,12 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float32Type;
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, ListArray, RecordBatch};
 use arrow_schema::DataType;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
-use crate::DecodeError;
+use crate::{DecodeError, reject_nulls};
 
 /// Samples padded to the longest of the batch: `values` is `[rows, longest, width]` row-major,
 /// `mask` `[rows, longest]` (`true` for a real element), `lengths` each sample's element count.
@@ -225,15 +225,8 @@ fn list_samples<'a>(
     column: &str,
 ) -> Result<(Vec<&'a [f32]>, usize), DecodeError> {
     let named = |reason: &str| DecodeError::new(reason).in_column(column);
-    let array = batch
-        .column_by_name(column)
-        .ok_or_else(|| named("no such column"))?;
-    let list = array.as_list_opt::<i32>().ok_or_else(|| {
-        named("is not a list column (List<Float32> or List<FixedSizeList<Float32>>)")
-    })?;
-    if let Some(row) = (0..list.len()).find(|&row| list.is_null(row)) {
-        return Err(named("holds a null list").at_row(row as u64));
-    }
+    let list = crate::column::<ListArray>(batch, column)?;
+    reject_nulls(list, column)?;
     // A sliced list keeps its whole child: only the elements its rows own are checked.
     let offsets = list.offsets();
     let (first, last) = (offsets[0] as usize, offsets[offsets.len() - 1] as usize);
@@ -245,6 +238,7 @@ fn list_samples<'a>(
             if width == 0 {
                 return Err(named("is a list of fixed-size lists of width 0"));
             }
+            // Element nulls have no batch row to name (`reject_nulls` would give an element's).
             if owned.null_count() > 0 {
                 return Err(named("holds a null element"));
             }

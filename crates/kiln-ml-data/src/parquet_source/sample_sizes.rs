@@ -6,13 +6,15 @@ use arrow_array::types::{
     ArrowPrimitiveType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
     UInt32Type, UInt64Type,
 };
-use arrow_array::{Array, ArrayRef, OffsetSizeTrait};
+use arrow_array::{Array, ArrayRef, OffsetSizeTrait, RecordBatch};
 use arrow_schema::DataType;
-use kiln_ml_core::{BlockIndex, BlockLayout};
+use kiln_ml_core::{BlockIndex, BlockLayout, BlockSource};
 use rayon::prelude::*;
 
-use super::source::{ParquetSource, ParquetSourceBuilder};
-use crate::{Error, Result};
+use super::columns::reject_nulls;
+use super::decode::{DecodeError, decoder_fn};
+use super::source::ParquetSourceBuilder;
+use crate::Result;
 
 impl ParquetSourceBuilder {
     /// Each sample's size, in sample-id order: the values of integer column `column`, or the
@@ -46,39 +48,38 @@ impl ParquetSourceBuilder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sample_sizes(self, column: &str) -> Result<Vec<u64>> {
-        let source = self.columns([column]).build()?;
+        // A decoder of sizes: the source's own read path names the file, row group and row of
+        // any failure.
+        let name = column.to_owned();
+        let sizes = decoder_fn("sample-sizes", 1, move |batch: &RecordBatch| {
+            sizes_of(batch, &name)
+        });
+        let source = self.columns([column]).build_with(sizes)?;
         let per_block = (0..source.num_blocks() as BlockIndex)
             .into_par_iter()
-            .map(|block| block_sizes(&source, block, column))
+            .map(|block| source.read_block(block))
             .collect::<Result<Vec<_>>>()?;
         Ok(per_block.concat())
     }
 }
 
-/// The sizes of one block's samples.
-fn block_sizes(source: &ParquetSource, block: BlockIndex, column: &str) -> Result<Vec<u64>> {
-    let batch = source.read_record_batch(block)?;
-    let wrong = |row: Option<usize>, reason: String| Error::Decode {
-        path: source
-            .path_of(block)
-            .map(ToOwned::to_owned)
-            .unwrap_or_default(),
-        row_group: source.blocks()[block as usize].index_in_file as usize,
-        column: Some(column.to_owned()),
-        row: row.map(|row| row as u64),
-        reason,
-    };
+/// The sizes column `column` of a decoded chunk holds (integers) or describes (list lengths).
+fn sizes_of(batch: &RecordBatch, column: &str) -> std::result::Result<Vec<u64>, DecodeError> {
     let array = batch
         .column_by_name(column)
-        .ok_or_else(|| wrong(None, "no such column".to_owned()))?;
-    if let Some(row) = (0..array.len()).find(|&row| array.is_null(row)) {
-        return Err(wrong(Some(row), "a null size".to_owned()));
-    }
-    sizes_of(array).map_err(|(row, reason)| wrong(row, reason))
+        .ok_or_else(|| DecodeError::new("no such column").in_column(column))?;
+    reject_nulls(array.as_ref(), column)?;
+    sizes_in(array).map_err(|(row, reason)| {
+        let error = DecodeError::new(reason).in_column(column);
+        match row {
+            Some(row) => error.at_row(row as u64),
+            None => error,
+        }
+    })
 }
 
 /// The sizes an array holds (integers) or describes (list lengths); the failing row and why.
-fn sizes_of(array: &ArrayRef) -> std::result::Result<Vec<u64>, (Option<usize>, String)> {
+fn sizes_in(array: &ArrayRef) -> std::result::Result<Vec<u64>, (Option<usize>, String)> {
     fn lengths<O: OffsetSizeTrait>(offsets: &[O]) -> Vec<u64> {
         offsets
             .windows(2)
@@ -134,6 +135,7 @@ mod tests {
     use parquet::file::properties::WriterProperties;
 
     use super::*;
+    use crate::ParquetSource;
 
     /// One file of two row groups (3 and 2 rows) with a list, an integer and a string column.
     fn events(dir: &std::path::Path, counts: Vec<i32>) {
