@@ -75,17 +75,11 @@ impl SizeBudget {
                 "a size budget must be at least 1 element".to_owned(),
             ));
         }
-        let mut sized = Vec::with_capacity(order.len());
-        for (position, &sample) in order.iter().enumerate() {
-            let size = *sizes.get(sample as usize).ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "position {position} names sample {sample}, but sizes are given for {} \
-                     samples",
-                    sizes.len()
-                ))
-            })?;
-            sized.push((sample, size));
-        }
+        let mut sized = order
+            .iter()
+            .enumerate()
+            .map(|(position, &sample)| Ok((sample, sample_size(sizes, position, sample)?)))
+            .collect::<Result<Vec<_>>>()?;
         // Without grouping, the whole order is one window, cut as it is.
         let grouped = self.window > 1;
         let window = if grouped {
@@ -140,6 +134,16 @@ impl SizeBudget {
         }
         cuts
     }
+}
+
+/// `sizes[sample]`, or an error naming the plan position and sample outside `sizes`.
+pub(crate) fn sample_size(sizes: &[u64], position: usize, sample: SampleId) -> Result<u64> {
+    sizes.get(sample as usize).copied().ok_or_else(|| {
+        Error::InvalidConfig(format!(
+            "position {position} names sample {sample}, but sizes are given for {} samples",
+            sizes.len()
+        ))
+    })
 }
 
 #[cfg(test)]

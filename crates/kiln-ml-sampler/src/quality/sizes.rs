@@ -2,6 +2,8 @@
 
 use kiln_ml_core::{Error, Result, SampleId};
 
+use crate::size_budget::sample_size;
+
 /// The size figures of an order cut into batches, for samples of different sizes (pulses per
 /// event, nodes per graph).
 ///
@@ -84,13 +86,7 @@ impl SizeFigures {
         for (first, samples) in batches {
             let (mut sum, mut longest) = (0u64, 0u64);
             for (offset, &sample) in samples.iter().enumerate() {
-                let size = *sizes.get(sample as usize).ok_or_else(|| {
-                    Error::InvalidConfig(format!(
-                        "position {} names sample {sample}, but sizes are given for {} samples",
-                        first + offset,
-                        sizes.len()
-                    ))
-                })?;
+                let size = sample_size(sizes, first + offset, sample)?;
                 sum += size;
                 longest = longest.max(size);
             }
