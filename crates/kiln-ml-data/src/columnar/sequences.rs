@@ -325,17 +325,30 @@ mod tests {
 
     #[test]
     fn the_tensors_have_the_batch_shapes() {
+        tensors_on::<Flex>(&Default::default());
+    }
+
+    /// The GPU-style tier: the same tensors through Burn's wgpu backend (lavapipe in CI).
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn the_tensors_have_the_batch_shapes_on_wgpu() {
+        if let Some(device) = kiln_ml_testkit::wgpu_device() {
+            tensors_on::<burn::backend::Wgpu>(&device);
+        }
+    }
+
+    /// The padded and packed tensors of `pulses()` on `device`: shapes, mask, values, segments.
+    fn tensors_on<B: Backend>(device: &B::Device) {
         let padded = padded_list(&pulses(), "pulses", 0.0).unwrap();
-        let (values, mask) = padded.to_tensors::<Flex>(&Default::default());
+        let (values, mask) = padded.to_tensors::<B>(device);
         assert_eq!(values.dims(), [3, 3, 2]);
         assert_eq!(mask.dims(), [3, 3]);
-        assert_eq!(
-            mask.int().sum().into_scalar() as usize,
-            5,
-            "one true per real element"
-        );
+        let real: Vec<i64> = mask.int().sum().into_data().iter::<i64>().collect();
+        assert_eq!(real, [5], "one true per real element");
+        let read: Vec<f32> = values.into_data().iter::<f32>().collect();
+        assert_eq!(read, padded.values);
         let packed = packed_list(&pulses(), "pulses").unwrap();
-        let (values, segments) = packed.to_tensors::<Flex>(&Default::default());
+        let (values, segments) = packed.to_tensors::<B>(device);
         assert_eq!(values.dims(), [5, 2]);
         let segments: Vec<i64> = segments.into_data().iter::<i64>().collect();
         assert_eq!(segments, [0, 0, 2, 2, 2]);
