@@ -56,6 +56,24 @@ pub struct Plan {
     already_consumed: u64,
     order: Vec<SampleId>,
     schedule: Vec<BlockUse>,
+    /// Size-budget plans only (empty otherwise): where this rank's remaining batches end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bounds: Option<BatchBounds>,
+}
+
+/// Where the batches of a plan with batches of varying sample counts end.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+struct BatchBounds {
+    /// One past each remaining batch's last position in the plan's order (increasing, the last
+    /// one the order's length).
+    ends: Vec<u64>,
+    /// For each remaining batch, the global samples consumed once it and its run's batches on
+    /// the other ranks are done: the [`Position::consumed`] saved after it.
+    global_ends: Vec<u64>,
+    /// Batches skipped at the front when the plan was resumed.
+    skipped: u64,
+    /// Global samples consumed before the first remaining batch.
+    consumed_before: u64,
 }
 
 impl Plan {
@@ -81,7 +99,83 @@ impl Plan {
             already_consumed: 0,
             order,
             schedule,
+            bounds: None,
         })
+    }
+
+    /// Builds a plan whose batches hold varying numbers of samples (size-budget batches): batch
+    /// `k` is `order[ends[k-1]..ends[k]]`, and once it is consumed (with the batches of its run
+    /// on the other ranks) the run has consumed `global_ends[k]` samples of the global order.
+    ///
+    /// The sharding rule is the fixed-size one with batches for samples: the global order is cut
+    /// into batches, and rank `r` takes the `r`-th batch of each run of `world`. Resume positions
+    /// are the ends of runs. One rank: `global_ends` equals `ends`.
+    ///
+    /// Fails unless `ends` increases strictly to `order.len()`, `global_ends` increases strictly
+    /// with one entry per batch, and every sample is in the layout.
+    ///
+    /// ```
+    /// use kiln_ml_core::{Fingerprint, Layout, Plan, Position, Shard};
+    ///
+    /// let mut builder = Layout::builder();
+    /// builder.add_file(Fingerprint::of_bytes(b"f"), &[6]);
+    /// let layout = builder.build().unwrap();
+    /// let plan = Plan::with_batch_ends(0, Shard::SINGLE, vec![5, 0, 1, 2, 3, 4], vec![1, 4, 6], vec![1, 4, 6], &layout)
+    ///     .unwrap();
+    /// assert_eq!(plan.batch_count(), 3);
+    /// assert_eq!(plan.batch_range(1), 1..4);
+    /// assert_eq!(plan.position_after(4).unwrap(), Position { epoch: 0, consumed: 4 });
+    /// assert!(plan.position_after(2).is_err(), "inside a batch");
+    /// let resumed = plan.skip_to(Position { epoch: 0, consumed: 1 }).unwrap();
+    /// assert_eq!((resumed.batches_skipped(), resumed.batch_range(0)), (1, 0..3));
+    /// ```
+    pub fn with_batch_ends(
+        epoch: u64,
+        shard: Shard,
+        order: Vec<SampleId>,
+        ends: Vec<u64>,
+        global_ends: Vec<u64>,
+        layout: &(impl BlockLayout + ?Sized),
+    ) -> Result<Self> {
+        let invalid = |reason: String| Err(Error::InvalidConfig(reason));
+        if ends.len() != global_ends.len() {
+            return invalid(format!(
+                "{} batch ends but {} global ends: one of each per batch",
+                ends.len(),
+                global_ends.len()
+            ));
+        }
+        if ends.last().copied().unwrap_or(0) != order.len() as u64 {
+            return invalid(format!(
+                "the last batch ends at {:?}, but the order has {} samples",
+                ends.last(),
+                order.len()
+            ));
+        }
+        for (name, values) in [("batch", &ends), ("global", &global_ends)] {
+            let mut previous = 0;
+            for (batch, &end) in values.iter().enumerate() {
+                if end <= previous {
+                    return invalid(format!(
+                        "{name} ends must increase: batch {batch} ends at {end}, after {previous}"
+                    ));
+                }
+                previous = end;
+            }
+        }
+        let largest = ends
+            .iter()
+            .scan(0, |start, &end| Some(end - std::mem::replace(start, end)))
+            .max()
+            .unwrap_or(1);
+        let mut plan = Self::new(epoch, shard, largest, order, layout)?;
+        plan.bounds = Some(BatchBounds {
+            ends,
+            global_ends,
+            skipped: 0,
+            consumed_before: 0,
+        });
+        Ok(plan)
     }
 
     /// The epoch this plan is for.
@@ -94,9 +188,58 @@ impl Plan {
         self.shard
     }
 
-    /// The per-rank batch size the plan was sharded with.
+    /// The per-rank batch size the plan was sharded with; for a plan of size-budget batches
+    /// ([`with_batch_ends`](Self::with_batch_ends)), its largest batch's sample count.
     pub fn batch_size(&self) -> u64 {
         self.batch_size
+    }
+
+    /// Whether the batches hold varying numbers of samples (see
+    /// [`with_batch_ends`](Self::with_batch_ends)).
+    pub fn has_batch_ends(&self) -> bool {
+        self.bounds.is_some()
+    }
+
+    /// Batches left in the plan (the last one may be short in a fixed-size plan).
+    pub fn batch_count(&self) -> u64 {
+        match &self.bounds {
+            Some(bounds) => bounds.ends.len() as u64,
+            None => (self.order.len() as u64).div_ceil(self.batch_size),
+        }
+    }
+
+    /// The positions of batch `batch` (counted from the plan's current start) in
+    /// [`order`](Self::order); empty past the last batch.
+    pub fn batch_range(&self, batch: u64) -> std::ops::Range<u64> {
+        let len = self.order.len() as u64;
+        match &self.bounds {
+            Some(bounds) => {
+                let end_of = |index: u64| bounds.ends.get(index as usize).copied().unwrap_or(len);
+                let start = batch.checked_sub(1).map_or(0, end_of);
+                start..end_of(batch)
+            }
+            None => {
+                let start = batch.saturating_mul(self.batch_size).min(len);
+                start..start.saturating_add(self.batch_size).min(len)
+            }
+        }
+    }
+
+    /// The batch that holds plan position `position`.
+    pub fn batch_of(&self, position: u64) -> u64 {
+        match &self.bounds {
+            Some(bounds) => bounds.ends.partition_point(|&end| end <= position) as u64,
+            None => position / self.batch_size,
+        }
+    }
+
+    /// Batches skipped at the front when the plan was resumed: the index, among all the
+    /// epoch's batches of this rank, of the plan's first batch.
+    pub fn batches_skipped(&self) -> u64 {
+        match &self.bounds {
+            Some(bounds) => bounds.skipped,
+            None => self.already_consumed / self.batch_size,
+        }
     }
 
     /// Samples of this rank's plan skipped at the front when it was resumed.
@@ -152,6 +295,23 @@ impl Plan {
         if delivered == self.len() as u64 {
             return Ok(Position::start_of(self.epoch + 1));
         }
+        if let Some(bounds) = &self.bounds {
+            return match bounds.ends.binary_search(&delivered) {
+                Ok(batch) => Ok(Position {
+                    epoch: self.epoch,
+                    consumed: bounds.global_ends[batch],
+                }),
+                Err(_) if delivered == 0 => Ok(Position {
+                    epoch: self.epoch,
+                    consumed: bounds.consumed_before,
+                }),
+                Err(_) => Err(invalid(format!(
+                    "{delivered} samples end inside batch {} of this plan's size-budget batches: \
+                     resume only at batch boundaries",
+                    self.batch_of(delivered)
+                ))),
+            };
+        }
         let local = self.already_consumed + delivered;
         let world = u64::from(self.shard.world());
         if !local.is_multiple_of(self.batch_size) {
@@ -177,6 +337,9 @@ impl Plan {
         };
         if position.epoch != self.epoch {
             return Err(invalid("the position is for another epoch".to_owned()));
+        }
+        if self.bounds.is_some() {
+            return self.skip_batches_to(position);
         }
         let world = u64::from(self.shard.world());
         let global_batch = self.batch_size * world;
@@ -204,6 +367,41 @@ impl Plan {
                 self.already_consumed + self.order.len() as u64
             )));
         }
+        self.drop_prefix(skip);
+        Ok(self)
+    }
+
+    /// [`skip_to`](Self::skip_to) for size-budget batches: `position` must end a run of them.
+    fn skip_batches_to(mut self, position: Position) -> Result<Self> {
+        let bounds = self.bounds.as_mut().expect("a plan with batch ends");
+        if position.consumed == bounds.consumed_before {
+            return Ok(self);
+        }
+        let Ok(batch) = bounds.global_ends.binary_search(&position.consumed) else {
+            return Err(Error::InvalidPosition {
+                position,
+                plan_epoch: self.epoch,
+                reason: format!(
+                    "{} consumed samples do not end a run of this plan's size-budget batches \
+                     (the plan starts after {})",
+                    position.consumed, bounds.consumed_before
+                ),
+            });
+        };
+        let skip = bounds.ends[batch];
+        bounds.ends.drain(..=batch);
+        bounds.global_ends.drain(..=batch);
+        for end in &mut bounds.ends {
+            *end -= skip;
+        }
+        bounds.skipped += batch as u64 + 1;
+        bounds.consumed_before = position.consumed;
+        self.drop_prefix(skip);
+        Ok(self)
+    }
+
+    /// Drops the first `skip` positions of the order and shifts the schedule.
+    fn drop_prefix(&mut self, skip: u64) {
         self.order.drain(..skip as usize);
         self.schedule.retain(|used| used.last_use >= skip);
         for used in &mut self.schedule {
@@ -213,8 +411,7 @@ impl Plan {
         // A block whose first use was cut keeps its place: still sorted by first use, ties first.
         self.schedule
             .sort_by_key(|used| (used.first_use, used.block));
-        self.already_consumed = local;
-        Ok(self)
+        self.already_consumed += skip;
     }
 }
 
@@ -367,6 +564,68 @@ mod tests {
         let plan = Plan::new(1, Shard::SINGLE, 1, vec![0], &layout(&[1])).unwrap();
         let error = plan.skip_to(Position::start_of(2)).unwrap_err();
         assert!(error.to_string().contains("another epoch"), "{error}");
+    }
+
+    #[test]
+    fn size_budget_batches_resume_at_run_ends_on_every_rank() {
+        let layout = layout(&[10]);
+        // Global batches [0..3) [3..4) [4..8) [8..10) on two ranks: rank 1 takes the second of
+        // each run of two, runs ending at global positions 4 and 10.
+        let shard = Shard::new(1, 2).unwrap();
+        let plan = Plan::with_batch_ends(2, shard, vec![3, 8, 9], vec![1, 3], vec![4, 10], &layout)
+            .unwrap();
+        assert_eq!(plan.batch_size(), 2, "the largest batch");
+        assert_eq!(
+            (plan.batch_count(), plan.batch_of(0), plan.batch_of(1)),
+            (2, 0, 1)
+        );
+        assert_eq!(plan.batch_range(1), 1..3);
+        assert_eq!(plan.batch_range(2), 3..3);
+        assert_eq!(plan.position_after(1).unwrap().consumed, 4);
+        assert_eq!(plan.position_after(3).unwrap(), Position::start_of(3));
+        let error = plan.position_after(2).unwrap_err();
+        assert!(error.to_string().contains("inside batch 1"), "{error}");
+        let position = |consumed| Position { epoch: 2, consumed };
+        let resumed = plan.clone().skip_to(position(4)).unwrap();
+        assert_eq!(resumed.order(), &[8, 9]);
+        assert_eq!((resumed.batches_skipped(), resumed.batch_count()), (1, 1));
+        assert_eq!(resumed.position_after(0).unwrap().consumed, 4);
+        assert_eq!(resumed.schedule()[0].first_use, 0);
+        // Resuming at its own start is a no-op; inside a run, refused.
+        assert_eq!(resumed.clone().skip_to(position(4)).unwrap(), resumed);
+        let error = plan.skip_to(position(3)).unwrap_err();
+        assert!(error.to_string().contains("do not end a run"), "{error}");
+    }
+
+    #[test]
+    fn batch_ends_that_do_not_tile_the_order_are_refused() {
+        let layout = layout(&[4]);
+        let make = |ends: Vec<u64>, global: Vec<u64>| {
+            Plan::with_batch_ends(0, Shard::SINGLE, vec![0, 1, 2, 3], ends, global, &layout)
+                .map(|_| ())
+                .map_err(|error| error.to_string())
+        };
+        assert_eq!(make(vec![2, 4], vec![2, 4]), Ok(()));
+        assert!(
+            make(vec![2, 3], vec![2, 3])
+                .unwrap_err()
+                .contains("order has 4")
+        );
+        assert!(
+            make(vec![2, 2, 4], vec![2, 3, 4])
+                .unwrap_err()
+                .contains("batch 1 ends at 2")
+        );
+        assert!(
+            make(vec![0, 4], vec![1, 4])
+                .unwrap_err()
+                .contains("batch 0 ends at 0")
+        );
+        assert!(
+            make(vec![4], vec![2, 4])
+                .unwrap_err()
+                .contains("one of each")
+        );
     }
 
     #[test]

@@ -232,6 +232,78 @@ fn resuming_from_a_position_delivers_exactly_the_rest() {
     assert_eq!(batch_indices, (0..full.len() as u64).collect::<Vec<_>>());
 }
 
+/// Size-budget batches (the length-aware block shuffle): the loader delivers the plan's batches
+/// as cut, every sample once, and a resumed epoch delivers exactly the rest, with the batch
+/// indices of the uninterrupted one.
+#[test]
+fn size_budget_batches_are_delivered_as_planned_and_resume_exactly() {
+    let blocks: Vec<Vec<u64>> = (0..12).map(|file| vec![20 + file % 5, 9]).collect();
+    let blocks: Vec<&[u64]> = blocks.iter().map(Vec::as_slice).collect();
+    let source = || MemorySource::with_ids(&blocks);
+    let samples = source().num_samples();
+    // Sizes spread from 1 to 400, so batches hold from 2 to hundreds of samples.
+    let sizes: Vec<u64> = (0..samples).map(|id| 1 + (id * 7919) % 400).collect();
+    let sampler = BlockShuffleConfig::default()
+        .with_open_blocks(4)
+        .with_buffer_samples(64)
+        .length_aware(800, true, sizes.clone())
+        .unwrap();
+    let request = PlanRequest::new(5, 1);
+    let plan = sampler.plan(&source(), &request).unwrap();
+    let loader = ids_loader(
+        source(),
+        LoaderConfig::new().with_workers(2).with_drop_last(true),
+    );
+    let full: Vec<Vec<u64>> = loader
+        .plan_epoch(&sampler, &request)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(full.len() as u64, plan.batch_count());
+    let mut seen: Vec<u64> = full.concat();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..samples).collect::<Vec<_>>(), "every sample once");
+    for (batch, ids) in full.iter().enumerate() {
+        let range = plan.batch_range(batch as u64);
+        assert_eq!(
+            ids[..],
+            plan.order()[range.start as usize..range.end as usize]
+        );
+        let longest = ids.iter().map(|&id| sizes[id as usize]).max().unwrap();
+        assert!(ids.len() == 1 || ids.len() as u64 * longest <= 800);
+    }
+    let sizes_of = |batch: &Vec<u64>| batch.len();
+    assert!(full.iter().map(sizes_of).max() > full.iter().map(sizes_of).min());
+
+    let observer = Arc::new(RecordingObserver::new());
+    let loader = ids_loader(source(), LoaderConfig::new().with_workers(3))
+        .with_observer(Arc::clone(&observer));
+    let mut first = loader.plan_epoch(&sampler, &request).unwrap();
+    let head: Vec<Vec<u64>> = first.by_ref().take(5).collect::<Result<_, _>>().unwrap();
+    let position = first.position();
+    assert_eq!(
+        position.consumed,
+        full[..5].iter().map(Vec::len).sum::<usize>() as u64
+    );
+    drop(first);
+    let tail: Vec<Vec<u64>> = loader
+        .resume_epoch(&sampler, &request, position)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(head, full[..5]);
+    assert_eq!(tail, full[5..]);
+    let batch_indices: Vec<u64> = observer
+        .events()
+        .iter()
+        .filter_map(|event| match event {
+            Event::BatchLoaded { batch, .. } => Some(*batch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(batch_indices, (0..full.len() as u64).collect::<Vec<_>>());
+}
+
 /// A resume point carries the stream's identity: the loader resumes it on the same data and
 /// refuses it on other files, another seed or other sampler settings (`resume_epoch` with the
 /// bare position is the explicit opt-out).

@@ -98,7 +98,7 @@ pub use random::{RandomOrder, RandomSampler};
 pub use sequential::{SequentialOrder, SequentialSampler};
 pub use sharded::Sharded;
 pub use sharding::{RemainderPolicy, Sharding};
-pub use size_budget::{BudgetBatches, SizeBudget};
+pub use size_budget::{BudgetBatches, SizeBudget, SizeBudgetSampler};
 
 /// The README's examples, compiled and run as doctests so that they cannot drift from the API.
 #[cfg(doctest)]

@@ -202,9 +202,12 @@ where
 
     /// How many batches the loader assembles ahead of the consumer for `plan`: the configured
     /// [`prefetch_batches`](LoaderConfig::prefetch_batches), or by default as many as
-    /// [`prefetch_bytes`](LoaderConfig::prefetch_bytes) holds at the source's block sizes.
+    /// [`prefetch_bytes`](LoaderConfig::prefetch_bytes) holds at the source's block sizes
+    /// (for size-budget batches, at their mean sample count).
     pub fn prefetch_batches(&self, plan: &Plan) -> usize {
-        prefetch_depth(&self.config(), self.source().as_ref(), plan.batch_size())
+        let config = self.config();
+        let batch_size = EpochSchedule::new(plan, config.drop_last).batch_size;
+        prefetch_depth(&config, self.source().as_ref(), batch_size)
     }
 }
 

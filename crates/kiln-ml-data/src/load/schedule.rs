@@ -10,7 +10,11 @@ use crate::{Error, Result};
 /// cut into batches, with the blocks it reads sorted by first use.
 #[derive(Debug, Clone)]
 pub(crate) struct EpochSchedule {
+    /// Samples per batch: the plan's batch size, or for size-budget batches their mean
+    /// (rounded up), which sizes the prefetch window.
     pub(crate) batch_size: u64,
+    /// Where each batch ends, for size-budget batches (`None`: every `batch_size`).
+    ends: Option<Vec<u64>>,
     /// Plan positions delivered: `0..positions`.
     pub(crate) positions: u64,
     pub(crate) batches: u64,
@@ -24,12 +28,28 @@ pub(crate) struct EpochSchedule {
 
 impl EpochSchedule {
     pub(crate) fn new(plan: &Plan, drop_last: bool) -> Self {
-        let batch_size = plan.batch_size();
         let len = plan.len() as u64;
-        let positions = if drop_last {
-            len / batch_size * batch_size
-        } else {
-            len
+        // Size-budget batches are whole by construction: `drop_last` keeps them all.
+        let ends = plan.has_batch_ends().then(|| {
+            (0..plan.batch_count())
+                .map(|batch| plan.batch_range(batch).end)
+                .collect::<Vec<u64>>()
+        });
+        let (batch_size, positions, batches) = match &ends {
+            Some(ends) => (
+                len.div_ceil(ends.len().max(1) as u64).max(1),
+                len,
+                ends.len() as u64,
+            ),
+            None => {
+                let batch_size = plan.batch_size();
+                let positions = if drop_last {
+                    len / batch_size * batch_size
+                } else {
+                    len
+                };
+                (batch_size, positions, positions.div_ceil(batch_size))
+            }
         };
         let uses: Vec<BlockUse> = plan
             .schedule()
@@ -44,9 +64,10 @@ impl EpochSchedule {
         by_last_use.sort_unstable();
         Self {
             batch_size,
+            ends,
             positions,
-            batches: positions.div_ceil(batch_size),
-            first_batch: plan.already_consumed() / batch_size,
+            batches,
+            first_batch: plan.batches_skipped(),
             uses,
             by_last_use,
         }
@@ -54,13 +75,20 @@ impl EpochSchedule {
 
     /// Plan positions of batch `batch`.
     pub(crate) fn batch_range(&self, batch: u64) -> Range<u64> {
-        let start = batch * self.batch_size;
-        start..(start + self.batch_size).min(self.positions)
+        let start = batch
+            .checked_sub(1)
+            .map_or(0, |before| self.end_of_batches(before + 1));
+        start..self.end_of_batches(batch + 1)
     }
 
     /// The first plan position not needed by batches `0..batches`.
     pub(crate) fn end_of_batches(&self, batches: u64) -> u64 {
-        batches.saturating_mul(self.batch_size).min(self.positions)
+        match &self.ends {
+            Some(ends) => batches.checked_sub(1).map_or(0, |last| {
+                ends.get(last as usize).copied().unwrap_or(self.positions)
+            }),
+            None => batches.saturating_mul(self.batch_size).min(self.positions),
+        }
     }
 
     /// How many blocks (a prefix of `uses`) are first used before `position`.
@@ -68,9 +96,12 @@ impl EpochSchedule {
         self.uses.partition_point(|used| used.first_use < position)
     }
 
-    /// The batch that first needs a block's samples.
+    /// The batch that holds plan position `position`.
     pub(crate) fn batch_of(&self, position: u64) -> u64 {
-        position / self.batch_size
+        match &self.ends {
+            Some(ends) => ends.partition_point(|&end| end <= position) as u64,
+            None => position / self.batch_size,
+        }
     }
 }
 
@@ -134,6 +165,34 @@ mod tests {
         assert_eq!(trimmed.batch_range(1), 3..6);
         assert_eq!(trimmed.uses_before(6), 2);
         assert_eq!(trimmed.uses_before(4), 1);
+    }
+
+    #[test]
+    fn size_budget_batches_keep_their_ends_and_are_never_dropped() {
+        let layout = layout(&[4, 3]);
+        let plan = Plan::with_batch_ends(
+            0,
+            Shard::SINGLE,
+            (0..7).collect(),
+            vec![1, 5, 7],
+            vec![1, 5, 7],
+            &layout,
+        )
+        .unwrap();
+        let schedule = EpochSchedule::new(&plan, true);
+        assert_eq!((schedule.batches, schedule.batch_size), (3, 3));
+        let ranges: Vec<_> = (0..3).map(|batch| schedule.batch_range(batch)).collect();
+        assert_eq!(ranges, [0..1, 1..5, 5..7]);
+        assert_eq!(
+            (
+                schedule.batch_of(0),
+                schedule.batch_of(1),
+                schedule.batch_of(6)
+            ),
+            (0, 1, 2)
+        );
+        assert_eq!(schedule.end_of_batches(0), 0);
+        assert_eq!(schedule.end_of_batches(2), 5);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Configuration of the block shuffle: open blocks, shuffle buffer, stratification, sharding.
 
+use std::sync::Arc;
+
 use kiln_ml_core::{Error, Result};
 
 use super::order::{BlockShuffleOrder, BlockShuffleSampler};
 use crate::sharded::Sharded;
 use crate::sharding::{RemainderPolicy, Sharding};
+use crate::size_budget::{SizeBudget, SizeBudgetSampler};
 
 /// Configuration of a [`BlockShuffleSampler`]: how many blocks are open at once (K), how many
 /// samples the shuffle buffer holds (S), whether block order is stratified, and the sharding.
@@ -157,6 +160,51 @@ impl BlockShuffleConfig {
     pub fn init(self) -> Result<BlockShuffleSampler> {
         self.validate()?;
         Ok(Sharded::wrap(self.order(), self.sharding))
+    }
+
+    /// The length-aware block shuffle: this block shuffle's order cut into batches of at most
+    /// `budget` elements (`rows × longest` when `padded`, else the sum of sizes), grouped by
+    /// length within each window of [`buffer_samples`](Self::buffer_samples) (the samples the
+    /// open blocks have in flight, so reads stay as sequential as the plain block shuffle's),
+    /// the batches of each window shuffled. `sizes[sample]` is each sample's size; the
+    /// sharding's batch size is not used (the budget cuts the batches), its remainder policy is.
+    ///
+    /// ```
+    /// use kiln_ml_core::{Fingerprint, Layout, PlanRequest, Sampler};
+    /// use kiln_ml_sampler::BlockShuffleConfig;
+    ///
+    /// let mut builder = Layout::builder();
+    /// for file in 0..8u64 {
+    ///     builder.add_file(Fingerprint::builder().u64(file).finish(), &[50, 50]);
+    /// }
+    /// let layout = builder.build()?;
+    /// let sizes: Vec<u64> = (0..800).map(|sample| 1 + sample * 37 % 100).collect();
+    /// let sampler = BlockShuffleConfig::default()
+    ///     .with_open_blocks(4)
+    ///     .with_buffer_samples(200)
+    ///     .length_aware(1_000, true, sizes.clone())?;
+    /// let plan = sampler.plan(&layout, &PlanRequest::new(3, 0))?;
+    /// for batch in 0..plan.batch_count() {
+    ///     let range = plan.batch_range(batch);
+    ///     let samples = &plan.order()[range.start as usize..range.end as usize];
+    ///     let longest = samples.iter().map(|&s| sizes[s as usize]).max().unwrap();
+    ///     assert!(samples.len() as u64 * longest <= 1_000);
+    /// }
+    /// # Ok::<(), kiln_ml_sampler::Error>(())
+    /// ```
+    pub fn length_aware(
+        self,
+        budget: u64,
+        padded: bool,
+        sizes: impl Into<Arc<[u64]>>,
+    ) -> Result<SizeBudgetSampler<BlockShuffleOrder>> {
+        self.validate()?;
+        let budget = SizeBudget {
+            budget,
+            padded,
+            window: self.buffer_samples,
+        };
+        SizeBudgetSampler::new(self.order(), budget, sizes, self.sharding.remainder)
     }
 
     /// The global order this configuration describes (K, S, stratification), unchecked.

@@ -7,7 +7,12 @@
 //! already holds in flight), a padded batch wastes little. The batches of a window are then
 //! shuffled, so long and short batches alternate. Every sample of the order stays, exactly once.
 
+mod sampler;
+mod sharding;
+
 use kiln_ml_core::{Error, Result, SampleId};
+
+pub use sampler::SizeBudgetSampler;
 
 use crate::rng::{PlanRng, Purpose};
 
@@ -70,11 +75,7 @@ impl SizeBudget {
         seed: u64,
         epoch: u64,
     ) -> Result<BudgetBatches> {
-        if self.budget == 0 {
-            return Err(Error::InvalidConfig(
-                "a size budget must be at least 1 element".to_owned(),
-            ));
-        }
+        self.validate()?;
         let mut sized = order
             .iter()
             .enumerate()
@@ -109,6 +110,16 @@ impl SizeBudget {
             }
         }
         Ok(batches)
+    }
+
+    /// Checks the budget: at least 1 element.
+    pub fn validate(&self) -> Result<()> {
+        if self.budget == 0 {
+            return Err(Error::InvalidConfig(
+                "a size budget must be at least 1 element".to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     /// `samples` cut greedily into consecutive batches within the budget.

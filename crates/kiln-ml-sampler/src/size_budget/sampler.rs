@@ -1,0 +1,268 @@
+//! `SizeBudgetSampler<O>`: any global order cut into size-budget batches and sharded by batch.
+
+use std::sync::Arc;
+
+use kiln_ml_core::{BlockLayout, Error, Fingerprint, Plan, PlanRequest, Result, Sampler};
+
+use super::SizeBudget;
+use super::sharding::shard_batches;
+use crate::order::GlobalOrder;
+use crate::sharding::RemainderPolicy;
+
+/// A [`GlobalOrder`] cut into batches by a [`SizeBudget`] instead of a fixed count, then sharded
+/// batch by batch: rank `r` takes the `r`-th batch of each run of `world` (a [`Plan`] with
+/// [batch ends](Plan::with_batch_ends)). Positions are the ends of runs, so resume, sharding
+/// and the data key stay exact: every batch is an exact set of samples, a function of the seed,
+/// the epoch, the layout, the sizes and the settings alone.
+///
+/// The [`RemainderPolicy`] applies to the last run when it holds fewer than `world` batches:
+/// `Drop` drops it, `Pad` repeats the epoch's first batches to fill it, `Uneven` leaves some
+/// ranks one batch short.
+///
+/// [`BlockShuffleConfig::length_aware`](crate::BlockShuffleConfig::length_aware) builds the
+/// length-aware block shuffle: this sampler over the block shuffle, grouping by length within
+/// its shuffle buffer.
+///
+/// ```
+/// use kiln_ml_core::{Fingerprint, Layout, PlanRequest, Sampler};
+/// use kiln_ml_sampler::{RemainderPolicy, SequentialOrder, SizeBudget, SizeBudgetSampler};
+///
+/// let mut builder = Layout::builder();
+/// builder.add_file(Fingerprint::of_bytes(b"events"), &[6]);
+/// let layout = builder.build()?;
+/// let sizes = vec![5, 5, 2, 2, 2, 2];
+/// let budget = SizeBudget { budget: 10, padded: false, window: 0 };
+/// let sampler = SizeBudgetSampler::new(SequentialOrder, budget, sizes, RemainderPolicy::Uneven)?;
+/// let plan = sampler.plan(&layout, &PlanRequest::new(1, 0))?;
+/// assert_eq!(plan.batch_count(), 2);
+/// assert_eq!(plan.batch_range(1), 2..6); // four samples of 2 fit a budget of 10
+/// # Ok::<(), kiln_ml_sampler::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SizeBudgetSampler<O> {
+    order: O,
+    budget: SizeBudget,
+    sizes: Arc<[u64]>,
+    sizes_fingerprint: Fingerprint,
+    remainder: RemainderPolicy,
+}
+
+impl<O> SizeBudgetSampler<O> {
+    /// Cuts `order`'s epochs by `budget`, with `sizes[sample]` each sample's size (in sample-id
+    /// order, one per sample of the layouts it will plan: for Parquet,
+    /// `ParquetSourceBuilder::sample_sizes`). Fails on a zero budget.
+    pub fn new(
+        order: O,
+        budget: SizeBudget,
+        sizes: impl Into<Arc<[u64]>>,
+        remainder: RemainderPolicy,
+    ) -> Result<Self> {
+        budget.validate()?;
+        let sizes = sizes.into();
+        let sizes_fingerprint = sizes
+            .iter()
+            .fold(
+                Fingerprint::builder()
+                    .str("kiln sample sizes")
+                    .u64(sizes.len() as u64),
+                |builder, &size| builder.u64(size),
+            )
+            .finish();
+        Ok(Self {
+            order,
+            budget,
+            sizes,
+            sizes_fingerprint,
+            remainder,
+        })
+    }
+
+    /// The global order being cut.
+    pub fn order(&self) -> &O {
+        &self.order
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> SizeBudget {
+        self.budget
+    }
+
+    /// The samples' sizes, in sample-id order.
+    pub fn sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+
+    /// What happens to a last run of fewer than `world` batches.
+    pub fn remainder(&self) -> RemainderPolicy {
+        self.remainder
+    }
+}
+
+impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
+    fn plan(&self, layout: &dyn BlockLayout, request: &PlanRequest) -> Result<Plan> {
+        kiln_ml_core::validate_layout(layout)?;
+        let samples = layout.num_samples();
+        if self.sizes.len() as u64 != samples {
+            return Err(Error::InvalidConfig(format!(
+                "size-budget batches: sizes are given for {} samples, but the layout has {samples}",
+                self.sizes.len()
+            )));
+        }
+        if samples == 0 {
+            return Err(Error::EmptyLayout);
+        }
+        let order = self
+            .order
+            .global_order(layout, request.seed, request.epoch)?;
+        let batches = self
+            .budget
+            .batches(&order, &self.sizes, request.seed, request.epoch)?;
+        shard_batches(batches, self.remainder, layout, request)
+    }
+
+    /// The order's settings, the budget, the remainder policy and the sizes. The batches do not
+    /// depend on the world size, so this is also the stream fingerprint.
+    fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        let builder = Fingerprint::builder()
+            .str("kiln-sampler size-budget")
+            .u64(1)
+            .u64(self.budget.budget)
+            .u64(u64::from(self.budget.padded))
+            .u64(self.budget.window as u64)
+            .str(self.remainder.name())
+            .fingerprint(self.sizes_fingerprint);
+        let builder = match self.order.settings_fingerprint() {
+            Some(order) => builder.u64(1).fingerprint(order),
+            None => builder.u64(0),
+        };
+        Some(builder.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_ml_core::{Layout, Shard};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{BlockShuffleConfig, RandomOrder};
+
+    fn layout(files: u64, rows: u64) -> Layout {
+        let mut builder = Layout::builder();
+        for file in 0..files {
+            builder.add_file(
+                Fingerprint::builder().u64(file).finish(),
+                &[rows, rows / 2 + 1],
+            );
+        }
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn sizes_that_do_not_match_the_layout_are_refused() {
+        let budget = SizeBudget {
+            budget: 10,
+            padded: false,
+            window: 0,
+        };
+        let sampler =
+            SizeBudgetSampler::new(RandomOrder, budget, vec![1; 3], RemainderPolicy::Drop).unwrap();
+        let error = sampler
+            .plan(&layout(1, 4), &PlanRequest::new(0, 0))
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("sizes are given for 3 samples, but the layout has 7")
+        );
+    }
+
+    #[test]
+    fn the_fingerprint_names_the_sizes_and_the_budget() {
+        let budget = SizeBudget {
+            budget: 10,
+            padded: false,
+            window: 4,
+        };
+        let fingerprint = |budget, sizes: Vec<u64>| {
+            SizeBudgetSampler::new(RandomOrder, budget, sizes, RemainderPolicy::Drop)
+                .unwrap()
+                .settings_fingerprint()
+        };
+        let base = fingerprint(budget, vec![1, 2, 3]);
+        assert_eq!(base, fingerprint(budget, vec![1, 2, 3]));
+        assert_ne!(base, fingerprint(budget, vec![1, 2, 4]));
+        assert_ne!(
+            base,
+            fingerprint(
+                SizeBudget {
+                    padded: true,
+                    ..budget
+                },
+                vec![1, 2, 3]
+            )
+        );
+        assert_ne!(
+            base,
+            fingerprint(
+                SizeBudget {
+                    window: 5,
+                    ..budget
+                },
+                vec![1, 2, 3]
+            )
+        );
+    }
+
+    proptest! {
+        /// Over all ranks, every sample exactly once (`Uneven`); each rank resumed after any of
+        /// its batches emits exactly the rest of its uninterrupted plan, and all ranks agree on
+        /// the position after their k-th batch.
+        #[test]
+        fn ranks_cover_the_epoch_once_and_resume_exactly(
+            files in 1u64..6,
+            rows in 1u64..40,
+            world in 1u32..4,
+            budget in 1u64..300,
+            padded in any::<bool>(),
+            seed in 0u64..1000,
+        ) {
+            let layout = layout(files, rows);
+            let sizes: Vec<u64> = (0..layout.num_samples())
+                .map(|sample| (sample * 2_654_435_761 + seed) % 97)
+                .collect();
+            let sampler = BlockShuffleConfig::default()
+                .with_open_blocks(3)
+                .with_buffer_samples(16)
+                .with_remainder(RemainderPolicy::Uneven)
+                .length_aware(budget, padded, sizes)
+                .unwrap();
+            prop_assume!(world as u64 <= layout.num_samples());
+            let plans: Vec<Plan> = (0..world)
+                .map(|rank| {
+                    let request = PlanRequest::new(seed, 1).with_shard(Shard::new(rank, world).unwrap());
+                    sampler.plan(&layout, &request).unwrap()
+                })
+                .collect();
+            let mut all: Vec<u64> = plans.iter().flat_map(|plan| plan.order().to_vec()).collect();
+            all.sort_unstable();
+            prop_assert_eq!(all, (0..layout.num_samples()).collect::<Vec<_>>());
+            for (rank, plan) in plans.iter().enumerate() {
+                let request = PlanRequest::new(seed, 1).with_shard(Shard::new(rank as u32, world).unwrap());
+                for batch in 0..plan.batch_count() {
+                    let end = plan.batch_range(batch).end;
+                    let position = plan.position_after(end).unwrap();
+                    if end < plan.len() as u64 {
+                        let other = &plans[(rank + 1) % plans.len()];
+                        if batch < other.batch_count() && other.batch_range(batch).end < other.len() as u64 {
+                            prop_assert_eq!(other.position_after(other.batch_range(batch).end).unwrap(), position);
+                        }
+                        let resumed = sampler.resume(&layout, &request, position).unwrap();
+                        prop_assert_eq!(resumed.order(), &plan.order()[end as usize..]);
+                        prop_assert_eq!(resumed.batches_skipped(), batch + 1);
+                    }
+                }
+            }
+        }
+    }
+}
