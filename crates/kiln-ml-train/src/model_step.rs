@@ -1,8 +1,8 @@
 //! What a model implements to be trained and validated: Burn's `TrainStep`/`InferenceStep`
 //! shapes, with the backward pass left to the trainer.
 
-use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Bool, Tensor};
 
 use crate::Autocast;
 
@@ -35,6 +35,37 @@ impl<B: Backend, O> StepOutput<B, O> {
     pub fn with_items(mut self, items: u64) -> Self {
         self.items = Some(items);
         self
+    }
+
+    /// The loss of a padded batch (samples of varying sizes padded to the longest): the sum of
+    /// `per_element` where `mask` is true (the padding filled, not multiplied, so its value never
+    /// reaches the loss; pad with finite values all the same, as the backward pass multiplies
+    /// through them), and `items`, the real elements (the sum of the batch's lengths, known on the host from
+    /// the collation, so nothing is read back). Train it with
+    /// [`LossNormalization::Items`](crate::LossNormalization::Items): every real element then
+    /// weighs the same, however the batches were sized or padded.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{Bool, Tensor, TensorData};
+    /// use kiln_ml_train::StepOutput;
+    ///
+    /// let device = Default::default();
+    /// // Two sequences of lengths 2 and 1, padded to 2; the padding's loss is large.
+    /// let losses = Tensor::<Flex, 2>::from_data([[1.0, 2.0], [4.0, 1.0e6]], &device);
+    /// let mask = Tensor::<Flex, 2, Bool>::from_data(TensorData::from([[true, true], [true, false]]), &device);
+    /// let output = StepOutput::masked_sum(losses, mask, 3, ());
+    /// assert_eq!(output.loss.into_scalar(), 7.0);
+    /// assert_eq!(output.items, Some(3));
+    /// ```
+    pub fn masked_sum<const D: usize>(
+        per_element: Tensor<B, D>,
+        mask: Tensor<B, D, Bool>,
+        items: u64,
+        item: O,
+    ) -> Self {
+        let loss = per_element.mask_fill(mask.bool_not(), 0.0).sum();
+        Self::new(loss, item).with_items(items)
     }
 }
 

@@ -9,6 +9,7 @@ mod agreement;
 mod degenerate_probabilities;
 mod low_precision;
 mod overlap_rate;
+mod padded_agents;
 mod read_back_once;
 mod vectors_argoverse1;
 mod vectors_argoverse2;

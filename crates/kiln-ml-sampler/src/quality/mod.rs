@@ -14,11 +14,15 @@
 //! [`measure`] reports each for the whole order and for its first and last windows (10 batches
 //! by default), where buffer shuffles are weakest. [`residency`] says how much data a loader
 //! must hold to execute a plan, and [`SizeFigures`] what samples of different sizes cost a
-//! batch (padding waste, elements per batch).
+//! batch (padding waste, elements per batch). [`measure_plan`] adds the figures of the batches a
+//! plan delivers ([`BatchFigures`]: rows, distinct files, padding waste and elements per batch),
+//! which size-budget plans need because their batches hold varying numbers of samples.
 //!
 //! Spearman's ρ alone is a weak test: any order whose *block* sequence is random has
 //! |ρ| ≈ 1/√(blocks), however little it mixes. Read it with the batch measures.
 
+mod batches;
+mod groups;
 mod ideal;
 mod options;
 mod report;
@@ -27,9 +31,10 @@ mod sizes;
 mod spearman;
 mod stats;
 
+pub use batches::BatchFigures;
 pub use ideal::IdealStats;
 pub use options::{Grouping, QualityOptions};
-pub use report::{QualityReport, Stretch, measure};
+pub use report::{QualityReport, Stretch, measure, measure_plan};
 pub use residency::{PlanResidency, residency};
 pub use sizes::SizeFigures;
 pub use stats::{LagRate, OrderStats};

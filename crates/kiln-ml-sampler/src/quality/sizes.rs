@@ -10,7 +10,7 @@ use crate::size_budget::sample_size;
 /// A batch padded to its longest sample holds `rows × longest` elements, of which the sum of
 /// the sizes are real: padding waste is the padded elements over the real ones, over all
 /// batches (0 when every batch's samples are equally long).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SizeFigures {
     /// Batches measured.
     pub batches: usize,
