@@ -262,7 +262,7 @@ where
     C: kiln_ml::data::Collate<S::Item, Output = Batch> + 'static,
 {
     let plan = sampler.plan(loader.source().as_ref(), request)?;
-    let bar = progress(plan.len().div_ceil(plan.batch_size() as usize) as u64, name);
+    let bar = progress(plan.batch_count(), name);
     let started = Instant::now();
     let mut ids = Vec::with_capacity(plan.len());
     for batch in loader.epoch(plan)? {

@@ -39,7 +39,7 @@ where
     C: Collate<S::Item> + 'static,
     C::Output: 'static,
 {
-    let batches = plan.len().div_ceil(plan.batch_size() as usize) as u64;
+    let batches = plan.batch_count();
     let bar = progress(batches, message);
     let started = Instant::now();
     let mut first_batch_seconds = None;
@@ -72,10 +72,7 @@ where
     C: Collate<S::Item> + 'static,
     C::Output: 'static,
 {
-    let batches = plans
-        .iter()
-        .map(|plan| plan.len().div_ceil(plan.batch_size() as usize) as u64)
-        .sum();
+    let batches = plans.iter().map(Plan::batch_count).sum();
     let bar = progress(batches, message);
     let mut plans = plans.into_iter();
     let mut seconds = Vec::new();
