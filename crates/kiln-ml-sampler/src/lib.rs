@@ -10,6 +10,11 @@
 //! | [`SequentialSampler`] | layout order | sequential | evaluation, speed reference |
 //! | [`RandomSampler`] | uniform permutation | random (every block, all epoch) | quality reference, data in RAM |
 //! | [`BlockShuffleSampler`] | blocks permuted, K interleaved, shuffled in windows of S | sequential per block | training |
+//! | [`BlockShuffleConfig::length_aware`] | the block shuffle, each window grouped by size into size-budget batches, shuffled | sequential per block | variable-size samples |
+//!
+//! [`SizeBudgetSampler`] cuts any order into batches by a budget of elements (the sum of the
+//! samples' sizes, or `rows × longest` padded) instead of a count; its plans carry their batch
+//! ends ([`Plan::with_batch_ends`]) and shard, resume and key exactly as fixed-count ones.
 //!
 //! Each is one [`GlobalOrder`] ([`SequentialOrder`], [`RandomOrder`], [`BlockShuffleOrder`]: the
 //! epoch's order over all samples) wrapped in [`Sharded`], which shards it over ranks. Wrap an
