@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kiln_ml_core::{BlockLayout, Error, Fingerprint, Plan, PlanRequest, Result, Sampler};
 
-use super::SizeBudget;
+use super::budget::SizeBudget;
 use super::sharding::shard_batches;
 use crate::order::GlobalOrder;
 use crate::sharding::RemainderPolicy;

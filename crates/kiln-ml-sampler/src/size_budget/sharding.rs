@@ -2,7 +2,7 @@
 
 use kiln_ml_core::{BlockLayout, Error, Plan, PlanRequest, Result};
 
-use super::BudgetBatches;
+use super::budget::BudgetBatches;
 use crate::sharding::RemainderPolicy;
 
 /// The plan of the requested rank: its batches, where they end, and the global samples consumed
