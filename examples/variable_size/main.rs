@@ -19,9 +19,10 @@
 //!    epoch), and a length-aware epoch is stopped halfway and resumed: `length_aware_resume_exact`
 //!    says whether the two halves make the uninterrupted epoch.
 //! 4. Reports, for each plan (keys prefixed `random_`, `block_shuffle_`, `length_aware_`):
-//!    `padding_waste` (padded / real elements), `rows_per_s` (events, median over rounds),
-//!    `batches_per_epoch`, `peak_batch_elements` (largest `rows × longest`), `mean_batch_elements`
-//!    (real pulses per batch) and `distinct_files_per_batch` (mean over the plan's batches).
+//!    `padding_waste` (padding over real elements, `(rows × longest − pulses) / pulses` summed
+//!    over batches), `rows_per_s` (events, median over rounds), `batches_per_epoch`,
+//!    `peak_batch_elements` (largest `rows × longest`), `mean_batch_elements` (real pulses per
+//!    batch) and `distinct_files_per_batch` (mean over the plan's batches).
 //!
 //! Run: `cargo run --release --example variable_size -- --json out.json`
 

@@ -35,6 +35,10 @@ pub struct BlockUse {
 /// is therefore exact whenever the new global batch divides the consumed count, for instance when
 /// the global batch size is kept and only the ranks change.
 ///
+/// A plan of size-budget batches ([`with_batch_ends`](Self::with_batch_ends)) follows the same
+/// rule with batches for samples: the global order is cut into batches of varying sample counts,
+/// rank `r` takes the `r`-th batch of each run of `world`, and positions are the ends of runs.
+///
 /// ```
 /// use kiln_ml_core::{Layout, Fingerprint, Plan, Position, Shard};
 ///
@@ -56,7 +60,7 @@ pub struct Plan {
     already_consumed: u64,
     order: Vec<SampleId>,
     schedule: Vec<BlockUse>,
-    /// Size-budget plans only (empty otherwise): where this rank's remaining batches end.
+    /// Size-budget plans only (`None` otherwise): where this rank's remaining batches end.
     #[serde(skip_serializing_if = "Option::is_none")]
     bounds: Option<BatchBounds>,
 }
@@ -267,10 +271,14 @@ impl Plan {
         &self.schedule
     }
 
-    /// Heap bytes held by the plan (order and schedule).
+    /// Heap bytes held by the plan (order, schedule and batch ends).
     pub fn heap_bytes(&self) -> usize {
+        let bounds = self.bounds.as_ref().map_or(0, |bounds| {
+            (bounds.ends.capacity() + bounds.global_ends.capacity()) * size_of::<u64>()
+        });
         self.order.capacity() * size_of::<SampleId>()
             + self.schedule.capacity() * size_of::<BlockUse>()
+            + bounds
     }
 
     /// The position to save after `delivered` samples of this plan have been consumed.

@@ -85,6 +85,7 @@ mod sequential;
 mod sharded;
 mod sharding;
 mod size_budget;
+mod windows;
 
 pub use block_shuffle::{BlockShuffleConfig, BlockShuffleOrder, BlockShuffleSampler};
 /// The crate's error: kiln-ml-core's, since every sampler answers through the

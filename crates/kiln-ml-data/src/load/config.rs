@@ -39,6 +39,7 @@ pub struct LoaderConfig {
     /// most this many extra blocks. At least one per worker is sensible.
     pub read_ahead_blocks: usize,
     /// Drop the last batch of an epoch when it is shorter than the batch size (default false).
+    /// Size-budget plans (`Plan::with_batch_ends`) have no short batch: nothing is dropped.
     pub drop_last: bool,
 }
 

@@ -205,9 +205,15 @@ where
     /// [`prefetch_bytes`](LoaderConfig::prefetch_bytes) holds at the source's block sizes
     /// (for size-budget batches, at their mean sample count).
     pub fn prefetch_batches(&self, plan: &Plan) -> usize {
-        let config = self.config();
-        let batch_size = EpochSchedule::new(plan, config.drop_last).batch_size;
-        prefetch_depth(&config, self.source().as_ref(), batch_size)
+        // As `EpochSchedule` sizes it: the mean batch of a size-budget plan.
+        let batch_size = if plan.has_batch_ends() {
+            (plan.len() as u64)
+                .div_ceil(plan.batch_count().max(1))
+                .max(1)
+        } else {
+            plan.batch_size()
+        };
+        prefetch_depth(&self.config(), self.source().as_ref(), batch_size)
     }
 }
 

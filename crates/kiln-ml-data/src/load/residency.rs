@@ -99,7 +99,8 @@ impl LoaderResidency {
         };
         rows_by_size.sort_unstable_by(|a, b| b.cmp(a));
         bytes_by_size.sort_unstable_by(|a, b| b.cmp(a));
-        let batch_samples = prefetch_batches * schedule.batch_size;
+        // Size-budget batches vary: the largest run of `prefetch_batches` of them.
+        let batch_samples = schedule.max_samples_of_batches(prefetch_batches);
         let known = |bytes: u64| bytes_known.then_some(bytes);
         Self {
             peak_window_blocks: peak(&block_delta),

@@ -96,6 +96,19 @@ impl EpochSchedule {
         self.uses.partition_point(|used| used.first_use < position)
     }
 
+    /// The most samples any `count` consecutive batches hold: `count × batch_size` for
+    /// fixed-size batches, the largest such window of size-budget batches.
+    pub(crate) fn max_samples_of_batches(&self, count: u64) -> u64 {
+        match &self.ends {
+            None => count.saturating_mul(self.batch_size),
+            Some(_) if count >= self.batches => self.positions,
+            Some(_) => (0..=self.batches - count)
+                .map(|first| self.end_of_batches(first + count) - self.end_of_batches(first))
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
     /// The batch that holds plan position `position`.
     pub(crate) fn batch_of(&self, position: u64) -> u64 {
         match &self.ends {
@@ -193,6 +206,10 @@ mod tests {
         );
         assert_eq!(schedule.end_of_batches(0), 0);
         assert_eq!(schedule.end_of_batches(2), 5);
+        // Batches of 1, 4 and 2 samples: the largest two in a row hold 6, all three 7.
+        assert_eq!(schedule.max_samples_of_batches(1), 4);
+        assert_eq!(schedule.max_samples_of_batches(2), 6);
+        assert_eq!(schedule.max_samples_of_batches(5), 7);
     }
 
     #[test]

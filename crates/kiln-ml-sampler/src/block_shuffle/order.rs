@@ -6,6 +6,7 @@ use super::interleave::interleave;
 use crate::order::GlobalOrder;
 use crate::rng::{PlanRng, Purpose};
 use crate::sharded::Sharded;
+use crate::windows::balanced_windows;
 
 /// Shuffles blocks, not samples: reads stay sequential inside each block while batches mix many
 /// files. A [`BlockShuffleOrder`] sharded over ranks by the configured
@@ -103,21 +104,14 @@ impl GlobalOrder for BlockShuffleOrder {
     }
 }
 
-/// Shuffles `order` in consecutive windows of about `window` samples. The number of windows is
-/// `⌈len / window⌉` and their sizes differ by at most one, so no window is much smaller than
-/// the others (a tiny last window would leave the end of the epoch poorly mixed).
+/// Shuffles `order` in consecutive windows of about `window` samples
+/// ([`balanced_windows`]: their sizes differ by at most one).
 fn shuffle_windows(order: &mut [SampleId], window: usize, rng: &mut PlanRng) {
     if window < 2 || order.len() < 2 {
         return;
     }
-    let windows = order.len().div_ceil(window);
-    let base = order.len() / windows;
-    let longer = order.len() % windows;
-    let mut start = 0;
-    for index in 0..windows {
-        let len = base + usize::from(index < longer);
-        rng.shuffle(&mut order[start..start + len]);
-        start += len;
+    for range in balanced_windows(order.len(), window) {
+        rng.shuffle(&mut order[range]);
     }
 }
 

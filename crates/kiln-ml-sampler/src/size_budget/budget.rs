@@ -3,18 +3,21 @@
 use kiln_ml_core::{Error, Result, SampleId};
 
 use crate::rng::{PlanRng, Purpose};
+use crate::windows::balanced_windows;
 
 /// How to cut an order into batches by size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SizeBudget {
     /// Elements a batch may hold: the sum of its sizes, or `rows × longest` when `padded`. A
-    /// single sample above it gets a batch of its own.
+    /// single sample above it gets a batch of its own; a sample of size 0 counts as 1, so that
+    /// a batch never grows without bound.
     pub budget: u64,
     /// Count a batch as padded to its longest sample (pad-to-longest collation) rather than as
     /// the sum of its sizes (packed collation).
     pub padded: bool,
     /// Consecutive samples of the order grouped by length before cutting (the length-aware
-    /// window); 0 or 1 cuts the order as it is.
+    /// window; the order is cut into `⌈len / window⌉` windows of balanced sizes, the block
+    /// shuffle's own windows for the same value); 0 or 1 cuts the order as it is.
     pub window: usize,
 }
 
@@ -69,19 +72,16 @@ impl SizeBudget {
             .enumerate()
             .map(|(position, &sample)| Ok((sample, sample_size(sizes, position, sample)?)))
             .collect::<Result<Vec<_>>>()?;
-        // Without grouping, the whole order is one window, cut as it is.
+        // Without grouping, the whole order is one window, cut as it is. With it, the windows
+        // are the block shuffle's own (balanced), so a window's batches read its blocks only.
         let grouped = self.window > 1;
-        let window = if grouped {
-            self.window
-        } else {
-            sized.len().max(1)
-        };
         let mut rng = PlanRng::new(seed, epoch, Purpose::BudgetBatches);
         let mut batches = BudgetBatches {
             order: Vec::with_capacity(order.len()),
             ends: Vec::new(),
         };
-        for samples in sized.chunks_mut(window) {
+        for window in balanced_windows(sized.len(), self.window) {
+            let samples = &mut sized[window];
             if grouped {
                 // Stable: equal sizes keep the order's (shuffled) order.
                 samples.sort_by_key(|&(_, size)| size);
@@ -115,6 +115,8 @@ impl SizeBudget {
         let mut cuts = Vec::new();
         let (mut start, mut sum, mut longest) = (0, 0u64, 0u64);
         for (index, &(_, size)) in samples.iter().enumerate() {
+            // An empty sample still takes a row.
+            let size = size.max(1);
             let rows = (index - start) as u64 + 1;
             let cost = if self.padded {
                 rows.saturating_mul(longest.max(size))

@@ -141,7 +141,7 @@ impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
 
 #[cfg(test)]
 mod tests {
-    use kiln_ml_core::{Layout, Shard};
+    use kiln_ml_core::{Layout, Position, Result, Shard};
     use proptest::prelude::*;
 
     use super::*;
@@ -215,6 +215,88 @@ mod tests {
     }
 
     proptest! {
+        /// Under `Drop` and `Pad` every rank gets the same number of batches (so collectives
+        /// cannot hang), `Pad` covers every sample, `Drop` none twice; and a position saved on
+        /// `world` ranks at a run end that is also one of `world2` ranks resumes there exactly.
+        #[test]
+        fn drop_and_pad_give_every_rank_as_many_batches_and_resume_on_other_worlds(
+            files in 1u64..6,
+            rows in 4u64..40,
+            world in 1u32..5,
+            world2 in 1u32..5,
+            budget in 1u64..300,
+            pad in any::<bool>(),
+            seed in 0u64..1000,
+        ) {
+            let layout = layout(files, rows);
+            let sizes: Vec<u64> = (0..layout.num_samples())
+                .map(|sample| (sample * 2_654_435_761 + seed) % 97)
+                .collect();
+            let remainder = if pad { RemainderPolicy::Pad } else { RemainderPolicy::Drop };
+            let sampler = BlockShuffleConfig::default()
+                .with_open_blocks(3)
+                .with_buffer_samples(16)
+                .with_remainder(remainder)
+                .length_aware(budget, true, sizes)
+                .unwrap();
+            let request = |rank: u32, world: u32| {
+                PlanRequest::new(seed, 2).with_shard(Shard::new(rank, world).unwrap())
+            };
+            let plans: Vec<Plan> = match (0..world)
+                .map(|rank| sampler.plan(&layout, &request(rank, world)))
+                .collect::<Result<Vec<_>>>()
+            {
+                Ok(plans) => plans,
+                // Too few batches for the ranks under Drop: refused with a reason.
+                Err(error) => {
+                    prop_assert!(!pad && error.to_string().contains("fewer than the"), "{}", error);
+                    return Ok(());
+                }
+            };
+            let count = plans[0].batch_count();
+            prop_assert!(plans.iter().all(|plan| plan.batch_count() == count));
+            let mut all: Vec<u64> = plans.iter().flat_map(|plan| plan.order().to_vec()).collect();
+            all.sort_unstable();
+            let distinct = {
+                let mut distinct = all.clone();
+                distinct.dedup();
+                distinct
+            };
+            if pad {
+                prop_assert_eq!(distinct.len() as u64, layout.num_samples());
+            } else {
+                prop_assert_eq!(distinct.len(), all.len());
+            }
+            // Every run end of `world` ranks that is also a run end of `world2` ranks.
+            let ends2: Vec<Position> = match sampler.plan(&layout, &request(0, world2)) {
+                Ok(plan) => (0..plan.batch_count())
+                    .filter(|&batch| plan.batch_range(batch).end < plan.len() as u64)
+                    .map(|batch| plan.position_after(plan.batch_range(batch).end).unwrap())
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            for batch in 0..count {
+                let end = plans[0].batch_range(batch).end;
+                if end == plans[0].len() as u64 {
+                    continue;
+                }
+                let position = plans[0].position_after(end).unwrap();
+                if !ends2.contains(&position) {
+                    continue;
+                }
+                for rank in 0..world2 {
+                    let full = sampler.plan(&layout, &request(rank, world2)).unwrap();
+                    let resumed = sampler.resume(&layout, &request(rank, world2), position).unwrap();
+                    let skipped = full.batch_range(resumed.batches_skipped()).start as usize;
+                    prop_assert_eq!(resumed.order(), &full.order()[skipped..]);
+                    prop_assert_eq!(
+                        full.position_after(skipped as u64).unwrap(),
+                        position
+                    );
+                }
+            }
+        }
+
         /// Over all ranks, every sample exactly once (`Uneven`); each rank resumed after any of
         /// its batches emits exactly the rest of its uninterrupted plan, and all ranks agree on
         /// the position after their k-th batch.
