@@ -196,6 +196,15 @@ pub enum Error {
     /// A configuration value was impossible.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// Sample sizes could not be kept on disk
+    /// ([`ParquetSourceBuilder::sample_sizes_kept`](crate::ParquetSourceBuilder::sample_sizes_kept)).
+    #[error("cannot keep the sample sizes in {path}: {reason}")]
+    SizesNotKept {
+        /// The directory or file that could not be written.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A loader thread could not be started.
     #[error("cannot start {what}: {source}")]
     Thread {

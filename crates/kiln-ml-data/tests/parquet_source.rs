@@ -327,3 +327,36 @@ fn block_bytes_are_the_projected_columns_uncompressed_size() {
     }
     assert_eq!(all.block_bytes(99), None);
 }
+
+/// Sizes kept on disk are used for the same files and read again when a file changes, and a
+/// directory that cannot be written is named.
+#[test]
+fn kept_sample_sizes_follow_the_files() {
+    let data = tempfile::tempdir().unwrap();
+    let kept = tempfile::tempdir().unwrap();
+    let path = data.path().join("events.parquet");
+    write_ids(&path, 0..30, 10);
+    let sizes = || {
+        ParquetSource::builder()
+            .dir(data.path())
+            .sample_sizes_kept("id", kept.path())
+            .unwrap()
+    };
+    let expected: Vec<u64> = (0..30).collect();
+    assert_eq!(sizes(), (expected.clone(), false));
+    assert_eq!(sizes(), (expected, true));
+    // Another file in its place: other row groups, sizes read afresh.
+    write_ids(&path, 5..25, 7);
+    let file = std::fs::File::options().write(true).open(&path).unwrap();
+    let modified = file.metadata().unwrap().modified().unwrap();
+    file.set_modified(modified + Duration::from_secs(2)).unwrap();
+    assert_eq!(sizes(), ((5..25).collect(), false));
+    // Not a directory: the error names the path.
+    let blocked = data.path().join("events.parquet");
+    let error = ParquetSource::builder()
+        .dir(data.path())
+        .sample_sizes_kept("id", blocked.join("sizes"))
+        .unwrap_err();
+    assert!(matches!(error, Error::SizesNotKept { .. }), "{error}");
+    assert!(error.to_string().contains("events.parquet"), "{error}");
+}

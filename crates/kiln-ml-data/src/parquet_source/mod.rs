@@ -20,6 +20,7 @@ mod row_major;
 mod sample_sizes;
 mod schema_depth;
 mod scheme;
+mod sizes_file;
 mod source;
 mod source_schema;
 mod unify;
