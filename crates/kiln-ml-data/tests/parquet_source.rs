@@ -349,7 +349,8 @@ fn kept_sample_sizes_follow_the_files() {
     write_ids(&path, 5..25, 7);
     let file = std::fs::File::options().write(true).open(&path).unwrap();
     let modified = file.metadata().unwrap().modified().unwrap();
-    file.set_modified(modified + Duration::from_secs(2)).unwrap();
+    file.set_modified(modified + Duration::from_secs(2))
+        .unwrap();
     assert_eq!(sizes(), ((5..25).collect(), false));
     // Not a directory: the error names the path.
     let blocked = data.path().join("events.parquet");

@@ -222,9 +222,106 @@ fn item_normalization_weighs_rows_equally<B: AutodiffBackend>(device: B::Device)
     assert!(close(losses.0, losses.1, tolerance), "{losses:?}");
 }
 
+/// A model trained on padded batches: rows after a batch's real ones are padding (finite junk),
+/// masked out by `StepOutput::masked_sum`, the real rows counted as items.
+#[derive(burn::module::Module, Debug)]
+struct MaskedMlp<B: burn::tensor::backend::Backend> {
+    inner: Mlp<B>,
+}
+
+/// A padded batch: rows, their mask (`true` for a real row) and the real rows' count.
+#[derive(Debug, Clone)]
+struct PaddedRows<B: burn::tensor::backend::Backend> {
+    rows: Batch<B>,
+    mask: burn::tensor::Tensor<B, 2, burn::tensor::Bool>,
+    real: u64,
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for MaskedMlp<B> {
+    type Input = PaddedRows<B>;
+    type Output = ();
+
+    fn step(&self, batch: PaddedRows<B>, autocast: &Autocast) -> StepOutput<B, ()> {
+        let predictions = autocast.full(self.inner.forward(autocast.input(batch.rows.inputs)));
+        let per_row = (predictions - batch.rows.targets).powi_scalar(2);
+        StepOutput::masked_sum(per_row, batch.mask, batch.real, ())
+    }
+}
+
+/// Samples of different sizes, padded per micro-batch to its longest (here: to a fixed row
+/// count with junk rows), train as the unpadded rows do: micro-batches of 3, 9 and 4 real rows
+/// padded to 8, 9 and 6 equal one batch of the 16 rows, with item normalization.
+fn masked_padded_batches_train_as_the_unpadded_rows<B: AutodiffBackend>(device: B::Device) {
+    let (inputs, targets) = common::rows(16, 8);
+    let build = |accumulation| {
+        let config = TrainerConfig::new()
+            .with_accumulation_steps(accumulation)
+            .with_loss_normalization(LossNormalization::Items);
+        Trainer::new(
+            MaskedMlp {
+                inner: common::model::<B>(&device, 3),
+            },
+            SgdConfig::new().init(),
+            LEARNING_RATE,
+            config,
+            device.clone(),
+        )
+        .unwrap()
+    };
+    let padded = |rows: std::ops::Range<usize>, padded_to: usize| {
+        let real = rows.len();
+        let mut batch_inputs =
+            inputs[rows.start * common::INPUTS..rows.end * common::INPUTS].to_vec();
+        let mut batch_targets = targets[rows].to_vec();
+        // Junk that would move the weights a lot if it counted.
+        batch_inputs.resize(padded_to * common::INPUTS, 3.0);
+        batch_targets.resize(padded_to, -50.0);
+        let mask: Vec<bool> = (0..padded_to).map(|row| row < real).collect();
+        PaddedRows {
+            rows: common::batch::<B>(&batch_inputs, &batch_targets, &device),
+            mask: burn::tensor::Tensor::from_data(
+                burn::tensor::TensorData::new(mask, [padded_to, 1]),
+                &device,
+            ),
+            real: real as u64,
+        }
+    };
+    let mut micro = build(3);
+    for (rows, padded_to) in [(0..3, 8), (3..12, 9), (12..16, 6)] {
+        micro.train_batch(padded(rows, padded_to)).unwrap();
+    }
+    let mut whole = build(1);
+    whole.train_batch(padded(0..16, 16)).unwrap();
+    let diff = common::max_abs_diff(
+        &common::params(&micro.model().inner),
+        &common::params(&whole.model().inner),
+    );
+    let tolerance = common::f32_tolerance::<B>(&device);
+    assert!(
+        diff <= tolerance,
+        "max parameter difference {diff} > {tolerance}"
+    );
+    // The padding would count without the mask.
+    let mut unmasked = build(3);
+    for (rows, padded_to) in [(0..3, 8), (3..12, 9), (12..16, 6)] {
+        let mut batch = padded(rows, padded_to);
+        batch.mask = batch.mask.clone().bool_not().bool_or(batch.mask);
+        unmasked.train_batch(batch).unwrap();
+    }
+    let diff = common::max_abs_diff(
+        &common::params(&unmasked.model().inner),
+        &common::params(&whole.model().inner),
+    );
+    assert!(
+        diff > 100.0 * tolerance,
+        "the padding moved nothing: {diff}"
+    );
+}
+
 crate::backend_tests!(
     accumulated_equals_large_batch,
     partial_window_divides_by_its_own_size,
     scheduler_steps_once_per_optimizer_step,
     item_normalization_weighs_rows_equally,
+    masked_padded_batches_train_as_the_unpadded_rows,
 );
