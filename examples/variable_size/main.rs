@@ -97,6 +97,12 @@ fn main() -> Result<()> {
         args.batch_size > 0 && args.budget > 0 && args.repeats > 0,
         "--batch-size, --budget and --repeats must be at least 1"
     );
+    ensure!(
+        (f64::from(*events::PULSES.start())..=f64::from(*events::PULSES.end()))
+            .contains(&args.median_pulses),
+        "--median-pulses must be within 10-5,000, got {}",
+        args.median_pulses
+    );
     let temp = tempfile::tempdir()?;
     let dir = match &args.dir {
         Some(dir) => {
