@@ -198,10 +198,11 @@ impl Plan {
         self.batch_size
     }
 
-    /// Whether the batches hold varying numbers of samples (see
-    /// [`with_batch_ends`](Self::with_batch_ends)).
-    pub fn has_batch_ends(&self) -> bool {
-        self.bounds.is_some()
+    /// Where each remaining batch ends (one past its last position in [`order`](Self::order)),
+    /// when the batches hold varying numbers of samples (see
+    /// [`with_batch_ends`](Self::with_batch_ends)); `None` for fixed-size batches.
+    pub fn batch_ends(&self) -> Option<&[u64]> {
+        self.bounds.as_ref().map(|bounds| bounds.ends.as_slice())
     }
 
     /// Batches left in the plan (the last one may be short in a fixed-size plan).

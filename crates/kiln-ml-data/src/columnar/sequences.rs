@@ -99,15 +99,19 @@ impl PaddedSequences {
         }
     }
 
-    /// The values as a `[rows, longest, width]` tensor and the mask as a `[rows, longest]` one.
-    pub fn to_tensors<B: Backend>(&self, device: &B::Device) -> (Tensor<B, 3>, Tensor<B, 2, Bool>) {
-        let shape = [self.rows(), self.longest, self.width];
-        let values = Tensor::from_data(TensorData::new(self.values.clone(), shape), device);
-        let mask = Tensor::from_data(
-            TensorData::new(self.mask.clone(), [self.rows(), self.longest]),
-            device,
-        );
-        (values, mask)
+    /// The values as a `[rows, longest, width]` tensor and the mask as a `[rows, longest]` one,
+    /// the host vectors moved into them (a batch's values are not copied twice).
+    pub fn into_tensors<B: Backend>(
+        self,
+        device: &B::Device,
+    ) -> (Tensor<B, 3>, Tensor<B, 2, Bool>) {
+        let (rows, longest) = (self.rows(), self.longest);
+        let values = TensorData::new(self.values, [rows, longest, self.width]);
+        let mask = TensorData::new(self.mask, [rows, longest]);
+        (
+            Tensor::from_data(values, device),
+            Tensor::from_data(mask, device),
+        )
     }
 }
 
@@ -158,17 +162,16 @@ impl PackedSequences {
         self.segment_ids.len()
     }
 
-    /// The values as an `[elements, width]` tensor and the segment ids as an `[elements]` one.
-    pub fn to_tensors<B: Backend>(&self, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-        let values = Tensor::from_data(
-            TensorData::new(self.values.clone(), [self.elements(), self.width]),
-            device,
-        );
-        let segments = Tensor::from_data(
-            TensorData::new(self.segment_ids.clone(), [self.elements()]),
-            device,
-        );
-        (values, segments)
+    /// The values as an `[elements, width]` tensor and the segment ids as an `[elements]` one,
+    /// the host vectors moved into them.
+    pub fn into_tensors<B: Backend>(self, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+        let elements = self.elements();
+        let values = TensorData::new(self.values, [elements, self.width]);
+        let segments = TensorData::new(self.segment_ids, [elements]);
+        (
+            Tensor::from_data(values, device),
+            Tensor::from_data(segments, device),
+        )
     }
 }
 
@@ -340,7 +343,7 @@ mod tests {
     /// The padded and packed tensors of `pulses()` on `device`: shapes, mask, values, segments.
     fn tensors_on<B: Backend>(device: &B::Device) {
         let padded = padded_list(&pulses(), "pulses", 0.0).unwrap();
-        let (values, mask) = padded.to_tensors::<B>(device);
+        let (values, mask) = padded.clone().into_tensors::<B>(device);
         assert_eq!(values.dims(), [3, 3, 2]);
         assert_eq!(mask.dims(), [3, 3]);
         let real: Vec<i64> = mask.int().sum().into_data().iter::<i64>().collect();
@@ -348,7 +351,7 @@ mod tests {
         let read: Vec<f32> = values.into_data().iter::<f32>().collect();
         assert_eq!(read, padded.values);
         let packed = packed_list(&pulses(), "pulses").unwrap();
-        let (values, segments) = packed.to_tensors::<B>(device);
+        let (values, segments) = packed.into_tensors::<B>(device);
         assert_eq!(values.dims(), [5, 2]);
         let segments: Vec<i64> = segments.into_data().iter::<i64>().collect();
         assert_eq!(segments, [0, 0, 2, 2, 2]);

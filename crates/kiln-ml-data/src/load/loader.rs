@@ -15,7 +15,7 @@ use super::parts::{Launch, Start};
 use super::pool::WorkerPool;
 use super::prefetch_depth::prefetch_depth;
 use super::residency::LoaderResidency;
-use super::schedule::EpochSchedule;
+use super::schedule::{EpochSchedule, window_batch_size};
 use crate::{Error, Result};
 
 /// Executes a sampler's epoch [`Plan`] over a block source and yields collated batches.
@@ -205,15 +205,11 @@ where
     /// [`prefetch_bytes`](LoaderConfig::prefetch_bytes) holds at the source's block sizes
     /// (for size-budget batches, at their mean sample count).
     pub fn prefetch_batches(&self, plan: &Plan) -> usize {
-        // As `EpochSchedule` sizes it: the mean batch of a size-budget plan.
-        let batch_size = if plan.has_batch_ends() {
-            (plan.len() as u64)
-                .div_ceil(plan.batch_count().max(1))
-                .max(1)
-        } else {
-            plan.batch_size()
-        };
-        prefetch_depth(&self.config(), self.source().as_ref(), batch_size)
+        prefetch_depth(
+            &self.config(),
+            self.source().as_ref(),
+            window_batch_size(plan),
+        )
     }
 }
 

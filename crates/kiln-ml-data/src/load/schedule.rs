@@ -29,27 +29,17 @@ pub(crate) struct EpochSchedule {
 impl EpochSchedule {
     pub(crate) fn new(plan: &Plan, drop_last: bool) -> Self {
         let len = plan.len() as u64;
+        let batch_size = window_batch_size(plan);
         // Size-budget batches are whole by construction: `drop_last` keeps them all.
-        let ends = plan.has_batch_ends().then(|| {
-            (0..plan.batch_count())
-                .map(|batch| plan.batch_range(batch).end)
-                .collect::<Vec<u64>>()
-        });
-        let (batch_size, positions, batches) = match &ends {
-            Some(ends) => (
-                len.div_ceil(ends.len().max(1) as u64).max(1),
-                len,
-                ends.len() as u64,
-            ),
-            None => {
-                let batch_size = plan.batch_size();
-                let positions = if drop_last {
-                    len / batch_size * batch_size
-                } else {
-                    len
-                };
-                (batch_size, positions, positions.div_ceil(batch_size))
-            }
+        let ends = plan.batch_ends().map(<[u64]>::to_vec);
+        let positions = if drop_last && ends.is_none() {
+            len / batch_size * batch_size
+        } else {
+            len
+        };
+        let batches = match &ends {
+            Some(ends) => ends.len() as u64,
+            None => positions.div_ceil(batch_size),
         };
         let uses: Vec<BlockUse> = plan
             .schedule()
@@ -75,10 +65,7 @@ impl EpochSchedule {
 
     /// Plan positions of batch `batch`.
     pub(crate) fn batch_range(&self, batch: u64) -> Range<u64> {
-        let start = batch
-            .checked_sub(1)
-            .map_or(0, |before| self.end_of_batches(before + 1));
-        start..self.end_of_batches(batch + 1)
+        self.end_of_batches(batch)..self.end_of_batches(batch + 1)
     }
 
     /// The first plan position not needed by batches `0..batches`.
@@ -115,6 +102,17 @@ impl EpochSchedule {
             Some(ends) => ends.partition_point(|&end| end <= position) as u64,
             None => position / self.batch_size,
         }
+    }
+}
+
+/// The samples per batch that size the prefetch window: the plan's batch size, or for
+/// size-budget batches their mean (rounded up).
+pub(crate) fn window_batch_size(plan: &Plan) -> u64 {
+    match plan.batch_ends() {
+        Some(ends) => (plan.len() as u64)
+            .div_ceil(ends.len().max(1) as u64)
+            .max(1),
+        None => plan.batch_size(),
     }
 }
 
