@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::columns::reject_nulls;
 use super::decode::{DecodeError, decoder_fn};
-use super::source::ParquetSourceBuilder;
+use super::source::{ParquetSource, ParquetSourceBuilder};
 use crate::Result;
 
 impl ParquetSourceBuilder {
@@ -48,19 +48,25 @@ impl ParquetSourceBuilder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sample_sizes(self, column: &str) -> Result<Vec<u64>> {
-        // A decoder of sizes: the source's own read path names the file, row group and row of
-        // any failure.
-        let name = column.to_owned();
-        let sizes = decoder_fn("sample-sizes", 1, move |batch: &RecordBatch| {
-            sizes_of(batch, &name)
-        });
-        let source = self.columns([column]).build_with(sizes)?;
-        let per_block = (0..source.num_blocks() as BlockIndex)
-            .into_par_iter()
-            .map(|block| source.read_block(block))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(per_block.concat())
+        sizes_from(self.columns([column]).build()?, column)
     }
+}
+
+/// The sizes of `column` in `source` (whose projection holds it), the row groups in parallel:
+/// the source's files are not reopened.
+pub(super) fn sizes_from(source: ParquetSource, column: &str) -> Result<Vec<u64>> {
+    // A decoder of sizes: the source's own read path names the file, row group and row of any
+    // failure.
+    let name = column.to_owned();
+    let sizes = decoder_fn("sample-sizes", 1, move |batch: &RecordBatch| {
+        sizes_of(batch, &name)
+    });
+    let source = source.with_decoder(sizes);
+    let per_block = (0..source.num_blocks() as BlockIndex)
+        .into_par_iter()
+        .map(|block| source.read_block(block))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(per_block.concat())
 }
 
 /// The sizes column `column` of a decoded chunk holds (integers) or describes (list lengths).

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use kiln_ml_core::{BlockLayout, Durability, Fingerprint, write_atomic};
 
+use super::sample_sizes::sizes_from;
 use super::source::ParquetSourceBuilder;
 use crate::{Error, Result};
 
@@ -49,8 +50,9 @@ impl ParquetSourceBuilder {
         column: &str,
         dir: impl AsRef<Path>,
     ) -> Result<(Vec<u64>, bool)> {
-        // Footers only: the layout's fingerprint names the files and their row groups.
-        let layout = self.clone().columns([column]).build()?;
+        // Footers only: the layout's fingerprint names the files and their row groups, and the
+        // same source reads the sizes when they are not kept.
+        let layout = self.columns([column]).build()?;
         let key = Fingerprint::builder()
             .str("kiln sample sizes")
             .u64(1)
@@ -61,7 +63,7 @@ impl ParquetSourceBuilder {
         if let Some(sizes) = read_sizes(&path, layout.num_samples()) {
             return Ok((sizes, true));
         }
-        let sizes = self.sample_sizes(column)?;
+        let sizes = sizes_from(layout, column)?;
         std::fs::create_dir_all(dir.as_ref()).map_err(|error| kept_error(dir.as_ref(), &error))?;
         write_atomic(&path, &encode(&sizes), Durability::Synced)
             .map_err(|error| kept_error(&path, &error))?;
