@@ -24,16 +24,13 @@ use crate::{Fingerprint, Position};
 /// assert_ne!(data_key(layout, 7, settings), data_key(layout, 7, None));
 /// ```
 pub fn data_key(layout: Fingerprint, seed: u64, settings: Option<Fingerprint>) -> Fingerprint {
-    let builder = Fingerprint::builder()
+    Fingerprint::builder()
         .str("kiln data key")
         .u64(1)
         .fingerprint(layout)
-        .u64(seed);
-    match settings {
-        Some(settings) => builder.u64(1).fingerprint(settings),
-        None => builder.u64(0),
-    }
-    .finish()
+        .u64(seed)
+        .optional_fingerprint(settings)
+        .finish()
 }
 
 /// A resume position together with the [`data_key`] of the stream it counts in: what to save

@@ -152,6 +152,15 @@ impl FingerprintBuilder {
         self.tagged(b'p', &value.to_le_bytes())
     }
 
+    /// Adds a fingerprint that may be absent: `1` and it, or `0` (so that absent and present
+    /// never collide).
+    pub fn optional_fingerprint(self, value: Option<Fingerprint>) -> Self {
+        match value {
+            Some(value) => self.u64(1).fingerprint(value),
+            None => self.u64(0),
+        }
+    }
+
     /// Finishes the fingerprint.
     pub fn finish(self) -> Fingerprint {
         Fingerprint(self.hasher.digest128())

@@ -89,11 +89,11 @@ impl<O: GlobalOrder> Sharded<O> {
             .u64(1)
             .u64(batch)
             .str(self.sharding.remainder.name());
-        let builder = match self.order.settings_fingerprint() {
-            Some(order) => builder.u64(1).fingerprint(order),
-            None => builder.u64(0),
-        };
-        Some(builder.finish())
+        Some(
+            builder
+                .optional_fingerprint(self.order.settings_fingerprint())
+                .finish(),
+        )
     }
 }
 

@@ -220,7 +220,8 @@ mod tests {
             for batch in 0..batches.ends.len() {
                 let range = batches.range(batch);
                 prop_assert!(!range.is_empty());
-                let members: Vec<u64> = batches.order[range].iter().map(|&s| raw[s as usize]).collect();
+                // An empty sample costs 1 (so a run of them still closes batches).
+                let members: Vec<u64> = batches.order[range].iter().map(|&s| raw[s as usize].max(1)).collect();
                 let cost = if padded {
                     members.len() as u64 * members.iter().copied().max().unwrap_or(0)
                 } else {
