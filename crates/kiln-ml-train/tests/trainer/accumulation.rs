@@ -153,6 +153,29 @@ fn scheduler_steps_once_per_optimizer_step<B: AutodiffBackend>(device: B::Device
     }
 }
 
+/// A trainer of `model` by SGD with item normalization, `accumulation` micro-batches a step.
+fn items_trainer<B, M>(
+    model: M,
+    accumulation: u32,
+    device: &B::Device,
+) -> Trainer<B, M, impl burn::optim::Optimizer<M, B>, f64>
+where
+    B: AutodiffBackend,
+    M: burn::module::AutodiffModule<B> + TrainStep<B>,
+{
+    let config = TrainerConfig::new()
+        .with_accumulation_steps(accumulation)
+        .with_loss_normalization(LossNormalization::Items);
+    Trainer::new(
+        model,
+        SgdConfig::new().init(),
+        LEARNING_RATE,
+        config,
+        device.clone(),
+    )
+    .unwrap()
+}
+
 /// A model whose loss is a sum over rows and reports its row count.
 #[derive(burn::module::Module, Debug)]
 struct SumMlp<B: burn::tensor::backend::Backend> {
@@ -176,19 +199,10 @@ impl<B: AutodiffBackend> TrainStep<B> for SumMlp<B> {
 fn item_normalization_weighs_rows_equally<B: AutodiffBackend>(device: B::Device) {
     let (inputs, targets) = common::rows(16, 8);
     let build = |accumulation| {
-        let config = TrainerConfig::new()
-            .with_accumulation_steps(accumulation)
-            .with_loss_normalization(LossNormalization::Items);
-        Trainer::new(
-            SumMlp {
-                inner: common::model::<B>(&device, 3),
-            },
-            SgdConfig::new().init(),
-            LEARNING_RATE,
-            config,
-            device.clone(),
-        )
-        .unwrap()
+        let model = SumMlp {
+            inner: common::model::<B>(&device, 3),
+        };
+        items_trainer(model, accumulation, &device)
     };
     let mut uneven = build(3);
     for rows in [0..3, 3..12, 12..16] {
@@ -254,19 +268,10 @@ impl<B: AutodiffBackend> TrainStep<B> for MaskedMlp<B> {
 fn masked_padded_batches_train_as_the_unpadded_rows<B: AutodiffBackend>(device: B::Device) {
     let (inputs, targets) = common::rows(16, 8);
     let build = |accumulation| {
-        let config = TrainerConfig::new()
-            .with_accumulation_steps(accumulation)
-            .with_loss_normalization(LossNormalization::Items);
-        Trainer::new(
-            MaskedMlp {
-                inner: common::model::<B>(&device, 3),
-            },
-            SgdConfig::new().init(),
-            LEARNING_RATE,
-            config,
-            device.clone(),
-        )
-        .unwrap()
+        let model = MaskedMlp {
+            inner: common::model::<B>(&device, 3),
+        };
+        items_trainer(model, accumulation, &device)
     };
     let padded = |rows: std::ops::Range<usize>, padded_to: usize| {
         let real = rows.len();
