@@ -11,12 +11,13 @@ use anyhow::{Context, Result};
 use kiln_ml::core::{FnTransform, transform_fn};
 use kiln_ml::data::arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
 use kiln_ml::data::arrow_schema::{DataType, Field};
-use kiln_ml::data::parquet::arrow::ArrowWriter;
 use kiln_ml::data::parquet::basic::Compression;
 use kiln_ml::data::parquet::file::properties::WriterProperties;
 use kiln_ml::data::{DecodeError, RowDecoder, column, decoder_fn, reject_nulls};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use kiln_ml_examples::parquet_file::write_parquet;
 
 /// Observed steps per player (1 s at 10 Hz).
 pub const HISTORY: usize = 10;
@@ -77,11 +78,7 @@ pub fn write_split(
             ("future", fixed_list(future, 2 * FUTURE)?),
         ])?;
         let path = dir.join(format!("players-{index:04}.parquet"));
-        let file =
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties.clone()))?;
-        writer.write(&batch)?;
-        writer.close()?;
+        write_parquet(&path, &batch, &properties)?;
         paths.push(path);
     }
     Ok(paths)

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use kiln_ml::data::arrow_array::builder::{FixedSizeListBuilder, Float32Builder, ListBuilder};
 use kiln_ml::data::arrow_array::{ArrayRef, Float32Array, Int32Array, Int64Array, RecordBatch};
-use kiln_ml::data::parquet::arrow::ArrowWriter;
 use kiln_ml::data::parquet::basic::Compression;
 use kiln_ml::data::parquet::file::properties::WriterProperties;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal};
 
+use kiln_ml_examples::parquet_file::write_parquet;
 use kiln_ml_examples::timing::progress;
 
 /// Floats per pulse: time, charge, and the sensor's x and y.
@@ -90,13 +90,7 @@ pub fn write_events(spec: &EventSpec, dir: &Path) -> Result<(Vec<PathBuf>, u64)>
         ];
         let batch = RecordBatch::try_from_iter(columns)?;
         let path = dir.join(format!("events-{file:05}.parquet"));
-        let writer_file =
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        let mut writer =
-            ArrowWriter::try_new(writer_file, batch.schema(), Some(properties.clone()))?;
-        writer.write(&batch)?;
-        writer.close()?;
-        bytes += std::fs::metadata(&path)?.len();
+        bytes += write_parquet(&path, &batch, &properties)?;
         paths.push(path);
         bar.inc(1);
     }

@@ -3,16 +3,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use kiln_ml::data::arrow_array::types::{Float32Type, Int64Type};
 use kiln_ml::data::arrow_array::{ArrayRef, Float32Array, Int64Array, RecordBatch};
-use kiln_ml::data::parquet::arrow::ArrowWriter;
 use kiln_ml::data::parquet::basic::Compression;
 use kiln_ml::data::parquet::file::properties::WriterProperties;
 use kiln_ml::data::{DecodeError, RowDecoder, decoder_fn, required_values};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::parquet_file::write_parquet;
 use crate::timing::progress;
 
 /// What to write.
@@ -118,12 +118,7 @@ pub fn write_dataset(spec: &DatasetSpec, dir: &Path) -> Result<(Vec<PathBuf>, u6
         ));
         let batch = RecordBatch::try_from_iter(columns)?;
         let path = dir.join(format!("part-{index:05}.parquet"));
-        let file =
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties.clone()))?;
-        writer.write(&batch)?;
-        writer.close()?;
-        bytes += std::fs::metadata(&path)?.len();
+        bytes += write_parquet(&path, &batch, &properties)?;
         paths.push(path);
         bar.inc(1);
     }
