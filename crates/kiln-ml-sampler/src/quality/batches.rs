@@ -33,7 +33,17 @@ impl BatchFigures {
         grouping: Grouping,
     ) -> Result<Self> {
         let (groups, _) = groups_of_order(layout, plan.order(), grouping)?;
+        Self::of_groups(plan, &groups, sizes)
+    }
+
+    /// [`of_plan`](Self::of_plan) with each position's group (file or block) already known.
+    pub(crate) fn of_groups(plan: &Plan, groups: &[u32], sizes: Option<&[u64]>) -> Result<Self> {
         let batches = plan.batch_count() as usize;
+        if batches == 0 {
+            return Err(Error::InvalidConfig(
+                "quality: the plan has no batches to measure".to_owned(),
+            ));
+        }
         let (mut distinct_sum, mut max_rows) = (0usize, 0usize);
         let mut seen: Vec<u32> = Vec::new();
         for batch in 0..plan.batch_count() {
@@ -54,11 +64,6 @@ impl BatchFigures {
                 SizeFigures::of_ends(plan.order(), sizes, &ends)
             })
             .transpose()?;
-        if batches == 0 {
-            return Err(Error::InvalidConfig(
-                "quality: the plan has no batches to measure".to_owned(),
-            ));
-        }
         Ok(Self {
             batches,
             mean_rows: plan.len() as f64 / batches as f64,

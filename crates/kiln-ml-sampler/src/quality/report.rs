@@ -92,6 +92,16 @@ pub fn measure(
 ) -> Result<QualityReport> {
     options.validate(order.len())?;
     let (groups, sizes) = groups_of_order(layout, order, options.grouping)?;
+    Ok(measure_groups(order, &groups, &sizes, options))
+}
+
+/// [`measure`] with each position's group and the samples of every group already known.
+fn measure_groups(
+    order: &[SampleId],
+    groups: &[u32],
+    sizes: &[u64],
+    options: &QualityOptions,
+) -> QualityReport {
     let ideal = ideal_stats(
         &sizes,
         options.batch_size,
@@ -110,7 +120,7 @@ pub fn measure(
         ideal: ideal.for_positions(range.len()),
     };
     let window = (options.window_batches * options.batch_size).min(order.len());
-    Ok(QualityReport {
+    QualityReport {
         batch_size: options.batch_size,
         grouping: options.grouping,
         groups: sizes.iter().filter(|&&size| size > 0).count(),
@@ -118,7 +128,7 @@ pub fn measure(
         first_window: stretch(0..window),
         last_window: stretch(order.len() - window..order.len()),
         batches: None,
-    })
+    }
 }
 
 /// [`measure`] of `plan`'s order, with the figures of the batches the plan actually delivers
@@ -153,13 +163,12 @@ pub fn measure_plan(
     sizes: Option<&[u64]>,
     options: &QualityOptions,
 ) -> Result<QualityReport> {
-    let mut report = measure(layout, plan.order(), options)?;
-    report.batches = Some(BatchFigures::of_plan(
-        layout,
-        plan,
-        sizes,
-        options.grouping,
-    )?);
+    let order = plan.order();
+    options.validate(order.len())?;
+    // One pass over the order finds each position's file, for both sets of figures.
+    let (groups, group_sizes) = groups_of_order(layout, order, options.grouping)?;
+    let mut report = measure_groups(order, &groups, &group_sizes, options);
+    report.batches = Some(BatchFigures::of_groups(plan, &groups, sizes)?);
     Ok(report)
 }
 
