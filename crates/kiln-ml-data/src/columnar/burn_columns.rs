@@ -4,13 +4,13 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
 use burn::tensor::backend::Backend;
 
 use super::collate::gather;
+use super::float_elements::float_elements;
 use crate::{ArrowRow, Collate, DecodeError, Staged, TensorCreation, required_values};
 
 /// Builds a batch (tensors on a device) from its columns: the columnar counterpart of Burn's
@@ -140,15 +140,8 @@ pub fn float_matrix(batch: &RecordBatch, columns: &[&str]) -> Result<Vec<f32>, D
             .column_by_name(name)
             .ok_or_else(|| DecodeError::new("no such column").in_column(name))?;
         match array.data_type() {
-            DataType::FixedSizeList(field, width) if field.data_type() == &DataType::Float32 => {
-                let list = array.as_fixed_size_list();
-                if list.null_count() > 0 || list.values().null_count() > 0 {
-                    return Err(DecodeError::new("holds a null").in_column(name));
-                }
-                let width = *width as usize;
-                let values = list.values().as_primitive::<Float32Type>().values();
-                let start = list.offset() * width;
-                parts.push((&values[start..start + rows * width], width));
+            DataType::FixedSizeList(..) => {
+                parts.push(float_elements(array.as_ref(), 0..rows, name)?)
             }
             _ => parts.push((required_values::<Float32Type>(batch, name)?, 1)),
         }

@@ -3,6 +3,7 @@
 
 mod burn_columns;
 mod collate;
+mod float_elements;
 mod gather;
 mod sequences;
 

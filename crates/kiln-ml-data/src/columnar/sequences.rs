@@ -7,13 +7,11 @@
 //! or `List<FixedSizeList<Float32>>`, `width` floats per element); [`PaddedSequences::from_samples`]
 //! and [`PackedSequences::from_samples`] take per-sample slices (the per-sample collation).
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Float32Type;
-use arrow_array::{Array, ListArray, RecordBatch};
-use arrow_schema::DataType;
+use arrow_array::{ListArray, RecordBatch};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
+use super::float_elements::float_elements;
 use crate::{DecodeError, reject_nulls};
 
 /// Samples padded to the longest of the batch: `values` is `[rows, longest, width]` row-major,
@@ -227,45 +225,17 @@ fn list_samples<'a>(
     batch: &'a RecordBatch,
     column: &str,
 ) -> Result<(Vec<&'a [f32]>, usize), DecodeError> {
-    let named = |reason: &str| DecodeError::new(reason).in_column(column);
     let list = crate::column::<ListArray>(batch, column)?;
     reject_nulls(list, column)?;
-    // A sliced list keeps its whole child: only the elements its rows own are checked.
+    // A sliced list keeps its whole child: only the elements its rows own are read and checked.
     let offsets = list.offsets();
     let (first, last) = (offsets[0] as usize, offsets[offsets.len() - 1] as usize);
-    let owned = list.values().slice(first, last - first);
-    let (floats, owned_floats, width) = match list.values().data_type() {
-        DataType::Float32 => (list.values().as_primitive::<Float32Type>(), owned, 1),
-        DataType::FixedSizeList(field, width) if field.data_type() == &DataType::Float32 => {
-            let width = usize::try_from(*width).unwrap_or(0);
-            if width == 0 {
-                return Err(named("is a list of fixed-size lists of width 0"));
-            }
-            // Element nulls have no batch row to name (`reject_nulls` would give an element's).
-            if owned.null_count() > 0 {
-                return Err(named("holds a null element"));
-            }
-            let elements = list.values().as_fixed_size_list();
-            let owned_floats = owned.as_fixed_size_list().values().clone();
-            (
-                elements.values().as_primitive::<Float32Type>(),
-                owned_floats,
-                width,
-            )
-        }
-        other => {
-            return Err(named(&format!(
-                "is a list of {other}, not of Float32 elements"
-            )));
-        }
-    };
-    if owned_floats.null_count() > 0 {
-        return Err(named("holds a null value"));
-    }
-    let values = floats.values();
+    let (values, width) = float_elements(list.values().as_ref(), first..last, column)?;
     let samples = offsets
         .windows(2)
-        .map(|bounds| &values[bounds[0] as usize * width..bounds[1] as usize * width])
+        .map(|bounds| {
+            &values[(bounds[0] as usize - first) * width..(bounds[1] as usize - first) * width]
+        })
         .collect();
     Ok((samples, width))
 }
@@ -274,8 +244,9 @@ fn list_samples<'a>(
 mod tests {
     use std::sync::Arc;
 
+    use arrow_array::Int64Array;
     use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, ListBuilder};
-    use arrow_array::{Int64Array, ListArray};
+    use arrow_array::types::Float32Type;
     use burn::backend::Flex;
 
     use super::*;
