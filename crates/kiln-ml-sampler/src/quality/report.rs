@@ -103,7 +103,7 @@ fn measure_groups(
     options: &QualityOptions,
 ) -> QualityReport {
     let ideal = ideal_stats(
-        &sizes,
+        sizes,
         options.batch_size,
         options.monte_carlo_batches,
         options.seed,
