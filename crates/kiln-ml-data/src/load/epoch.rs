@@ -84,8 +84,10 @@ impl<'loader, O> Epoch<'loader, O> {
     /// The next epoch starts (its coordinator reads blocks and assembles up to the prefetch depth)
     /// as soon as this epoch has requested all of its own blocks, so the next epoch's opening
     /// reads overlap this epoch's last batches instead of stalling the start of the next one.
-    /// Take it with [`into_next`](Self::into_next). While both run, the loader holds both
-    /// epochs' resident blocks.
+    /// Until the consumer takes it, it works in the workers' idle time only: it queues a job
+    /// only while fewer than two per worker are queued, so it never delays this epoch's
+    /// batches. Take it with [`into_next`](Self::into_next). While both run, the loader holds
+    /// both epochs' resident blocks.
     pub fn prefetch_next(&mut self, plan: Plan) {
         self.next = Next::Planned(plan);
         self.start_next_if_ready();
@@ -103,7 +105,10 @@ impl<'loader, O> Epoch<'loader, O> {
                     .launch(plan, Start::Awaited)
                     .map(Epoch::new),
             ),
-            Next::Started(next) => Some(Ok(*next)),
+            Next::Started(mut next) => {
+                next.consumer_arrived();
+                Some(Ok(*next))
+            }
             Next::Failed(error) => Some(Err(error)),
         };
         next.map(|epoch| {
@@ -174,6 +179,14 @@ impl<'loader, O> Epoch<'loader, O> {
         self.plan
             .position_after(delivered)
             .expect("positions after whole batches are valid")
+    }
+
+    /// Tells the coordinator of an epoch started in the background that the consumer is on it
+    /// now: it stops keeping to the workers' idle time.
+    fn consumer_arrived(&mut self) {
+        if let Some(credits) = &self.credits {
+            let _ = credits.send(self.delivered_batches);
+        }
     }
 
     /// Tells the coordinator how many batches were taken, unless it already knows.

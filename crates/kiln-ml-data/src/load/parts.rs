@@ -21,7 +21,8 @@ pub(crate) enum Start {
     /// Started to be consumed now.
     Awaited,
     /// Started early by [`Epoch::prefetch_next`](crate::Epoch::prefetch_next) while the
-    /// previous epoch is still consumed: none of its batches is awaited until its first credit.
+    /// previous epoch is still consumed: none of its batches is awaited until its first credit,
+    /// and until then it queues work only for idle workers.
     InBackground,
 }
 

@@ -34,6 +34,11 @@ impl Jobs {
         let _ = self.queue.send(Message::Run(job));
     }
 
+    /// Jobs (and wake-ups) waiting in the FIFO queue: how far the workers are behind.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Queues a job ahead of every job in the FIFO queue.
     pub(crate) fn urgent(&self, job: Job) {
         let _ = self.urgent.send(job);
