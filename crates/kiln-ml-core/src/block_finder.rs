@@ -58,9 +58,15 @@ impl BlockFinder {
 
     /// The block holding `sample`, or `None` past the end: the same answer as a binary search
     /// over all blocks (empty blocks are never returned).
+    #[inline]
     pub fn find(&self, sample: SampleId) -> Option<BlockIndex> {
         let bucket = usize::try_from(sample >> self.shift).ok()?;
         let low = *self.first_block.get(bucket)? as usize;
+        // Most samples sit in their bucket's first block (it reaches past the bucket's first
+        // id, so it holds the sample when it also ends past it): no search.
+        if self.ends.get(low).is_some_and(|&end| end > sample) {
+            return Some(low as BlockIndex);
+        }
         // The holder is at most the first block reaching into the next bucket.
         let high = self
             .first_block
@@ -73,6 +79,7 @@ impl BlockFinder {
     }
 
     /// The sample ids of block `index` (blocks tile the ids from 0).
+    #[inline]
     fn range(&self, index: usize) -> std::ops::Range<SampleId> {
         let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
         start..self.ends[index]
@@ -110,6 +117,7 @@ pub struct BlockCursor<'a> {
 
 impl BlockCursor<'_> {
     /// The block holding `sample` and the sample's row in it, or `None` past the end.
+    #[inline]
     pub fn place(&mut self, sample: SampleId) -> Option<(BlockIndex, u64)> {
         match &self.current {
             Some((block, range)) if range.contains(&sample) => Some((*block, sample - range.start)),
