@@ -1,5 +1,6 @@
 //! Gathering rows of decoded chunks into one `RecordBatch`, in the rows' order.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -89,7 +90,7 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
     let mut columns: Vec<Option<ArrayRef>> = vec![None; schema.fields().len()];
     // The fixed-width columns every chunk stages alike: from rows, one run of bytes per row.
     if let Some(staged) = staged_alike(&shared) {
-        for (column, array) in gather_staged(&staged, &indices, &schema) {
+        for (column, array) in gather_staged(&staged, &indices) {
             columns[column] = Some(array);
         }
     }
@@ -233,33 +234,46 @@ impl Hasher for PointerHasher {
 /// 2^64 divided by the golden ratio: spreads consecutive addresses over the high bits.
 const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// Each chunk's index among a batch's distinct chunks, keyed by the chunk's address.
+type ChunkIndex = HashMap<*const Chunk, usize, BuildHasherDefault<PointerHasher>>;
+
+thread_local! {
+    /// One map per collating thread, emptied for each batch: a shuffled batch looks up every
+    /// row's chunk, and allocating a table per batch cost as much as the lookups.
+    static CHUNK_INDEX: RefCell<ChunkIndex> = RefCell::new(HashMap::default());
+}
+
 /// The distinct chunks the rows come from (in order of first appearance) and, per row, its
 /// chunk's index among them and its row in that chunk.
 fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
-    let mut chunks: Vec<&Chunk> = Vec::new();
-    let mut index_of: HashMap<*const Chunk, usize, BuildHasherDefault<PointerHasher>> =
-        HashMap::with_capacity_and_hasher(rows.len(), BuildHasherDefault::default());
-    // Neighbouring rows usually share a chunk: checking the last one first skips most lookups.
-    let mut last: Option<(*const Chunk, usize)> = None;
-    let indices = rows
-        .iter()
-        .map(|row| {
-            let (chunk, offset) = (row.shared_chunk(), row.chunk().1);
-            let key = std::ptr::from_ref(chunk);
-            let index = match last {
-                Some((seen, index)) if seen == key => index,
-                _ => *index_of.entry(key).or_insert_with(|| {
-                    // Its staging is looked up next, for every chunk: ask for it now.
-                    prefetch(chunk);
-                    chunks.push(chunk);
-                    chunks.len() - 1
-                }),
-            };
-            last = Some((key, index));
-            (index, offset)
-        })
-        .collect();
-    (chunks, indices)
+    CHUNK_INDEX.with_borrow_mut(|index_of| {
+        // Emptied first, so no entry of another batch (however it ended) can match; the
+        // addresses are only compared, never followed.
+        index_of.clear();
+        let mut chunks: Vec<&Chunk> = Vec::new();
+        // Neighbouring rows usually share a chunk: checking the last one first skips most
+        // lookups.
+        let mut last: Option<(*const Chunk, usize)> = None;
+        let indices = rows
+            .iter()
+            .map(|row| {
+                let (chunk, offset) = (row.shared_chunk(), row.chunk().1);
+                let key = std::ptr::from_ref(chunk);
+                let index = match last {
+                    Some((seen, index)) if seen == key => index,
+                    _ => *index_of.entry(key).or_insert_with(|| {
+                        // Its staging is looked up next, for every chunk: ask for it now.
+                        prefetch(chunk);
+                        chunks.push(chunk);
+                        chunks.len() - 1
+                    }),
+                };
+                last = Some((key, index));
+                (index, offset)
+            })
+            .collect();
+        (chunks, indices)
+    })
 }
 
 #[cfg(test)]

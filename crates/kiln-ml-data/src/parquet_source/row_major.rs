@@ -7,10 +7,15 @@
 //! columns are then cut out of the batch's rows while they are in cache. A chunk is staged the
 //! first time a gather needs it: sequential plans, which slice chunks, never pay for it.
 
-use arrow_array::{Array, ArrayRef, RecordBatch, make_array};
-use arrow_buffer::{Buffer, MutableBuffer};
-use arrow_data::ArrayData;
-use arrow_schema::{DataType, Schema};
+use std::sync::Arc;
+
+use arrow_array::types::{
+    ArrowPrimitiveType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
+use arrow_buffer::{Buffer, MutableBuffer, ScalarBuffer};
+use arrow_schema::DataType;
 
 use crate::cache_hint::prefetch;
 
@@ -144,11 +149,10 @@ impl RowMajor {
 }
 
 /// The staged columns of the rows at `indices` (a chunk among `chunks`, a row in it), in order:
-/// `(column index, array)`. Every chunk must stage the same columns of `schema`.
+/// `(column index, array)`. Every chunk must stage the same columns.
 pub(crate) fn gather_staged(
     chunks: &[&RowMajor],
     indices: &[(usize, usize)],
-    schema: &Schema,
 ) -> Vec<(usize, ArrayRef)> {
     let first = chunks[0];
     debug_assert!(chunks.iter().all(|chunk| chunk.columns == first.columns));
@@ -175,8 +179,7 @@ pub(crate) fn gather_staged(
         .iter()
         .map(|column| {
             let values = columns.slice_with_length(count * column.offset, count * column.width);
-            let array = primitive_array(schema.field(column.index).data_type(), values, count);
-            (column.index, array)
+            (column.index, primitive_array(column.code, values, count))
         })
         .collect()
 }
@@ -205,12 +208,33 @@ fn staged_type(data_type: &DataType) -> Option<(usize, u64)> {
     Some((data_type.primitive_width()?, place as u64 + 1))
 }
 
-/// `count` values of `data_type` in `values` (aligned, as `gather_staged` cuts them) as an
-/// array.
-fn primitive_array(data_type: &DataType, values: Buffer, count: usize) -> ArrayRef {
-    let data = ArrayData::try_new(data_type.clone(), count, None, 0, vec![values], vec![])
-        .expect("a staged column's bytes are whole, aligned values of its type");
-    make_array(data)
+/// `count` values in `values` (aligned, as `gather_staged` cuts them) as an array of the staged
+/// type `code` (see [`STAGED_TYPES`]).
+///
+/// Built as its concrete `PrimitiveArray`: a shuffled batch makes one array per staged column,
+/// and going through `ArrayData` (a type clone, a validation, a dynamic build) cost as much as
+/// gathering the values.
+fn primitive_array(code: u64, values: Buffer, count: usize) -> ArrayRef {
+    fn typed<T: ArrowPrimitiveType>(values: Buffer, count: usize) -> ArrayRef {
+        Arc::new(PrimitiveArray::<T>::new(
+            ScalarBuffer::new(values, 0, count),
+            None,
+        ))
+    }
+    match code {
+        1 => typed::<Int8Type>(values, count),
+        2 => typed::<UInt8Type>(values, count),
+        3 => typed::<Int16Type>(values, count),
+        4 => typed::<UInt16Type>(values, count),
+        5 => typed::<Float16Type>(values, count),
+        6 => typed::<Int32Type>(values, count),
+        7 => typed::<UInt32Type>(values, count),
+        8 => typed::<Float32Type>(values, count),
+        9 => typed::<Int64Type>(values, count),
+        10 => typed::<UInt64Type>(values, count),
+        11 => typed::<Float64Type>(values, count),
+        _ => unreachable!("type code {code} is not a staged type's"),
+    }
 }
 
 /// Writes each value of `values` (`width` bytes each) at `offset` of its row of `stride` bytes.
@@ -312,7 +336,7 @@ mod tests {
         assert_eq!(staged[1].columns, staged[0].columns);
         let chunks = [&staged[0], &staged[1]];
         // Rows: second's row 2 (id 103), first's row 0, second's row 0 (id 101), first's row 3.
-        let gathered = gather_staged(&chunks, &[(1, 2), (0, 0), (1, 0), (0, 3)], &first.schema());
+        let gathered = gather_staged(&chunks, &[(1, 2), (0, 0), (1, 0), (0, 3)]);
         let by_index = |index: usize| {
             gathered
                 .iter()
@@ -328,7 +352,7 @@ mod tests {
         let tiny = by_index(5);
         assert_eq!(tiny.as_primitive::<Int8Type>().values(), &[103, 0, 101, 3]);
         // An odd row count: every column cut from the shared buffer is still aligned.
-        let odd = gather_staged(&chunks, &[(0, 1), (1, 1), (0, 2)], &first.schema());
+        let odd = gather_staged(&chunks, &[(0, 1), (1, 1), (0, 2)]);
         assert_eq!(odd[0].1.as_primitive::<Int64Type>().values(), &[1, 102, 2]);
         assert_eq!(
             odd[1].1.as_primitive::<Float32Type>().values(),
