@@ -36,7 +36,8 @@ use crate::{Error, Result};
 /// - **Resume**: [`resume_epoch`](Self::resume_epoch) continues from a saved [`Position`]
 ///   ([`Epoch::position`]) with exactly the batches an uninterrupted run would still deliver.
 /// - **Back to back**: [`Epoch::prefetch_next`] starts reading the next epoch's first blocks
-///   while the current one finishes, so epochs do not each open with a stall.
+///   while the current one finishes (in the workers' idle time), so epochs do not each open
+///   with a stall.
 ///
 /// # Residency
 ///
