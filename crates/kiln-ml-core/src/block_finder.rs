@@ -78,6 +78,17 @@ impl BlockFinder {
         (index < self.ends.len()).then_some(index as BlockIndex)
     }
 
+    /// The block holding `sample` and the sample's row in it, or `None` past the end.
+    ///
+    /// Unlike a [`BlockCursor`], it remembers nothing between calls, so lookups in a loop do
+    /// not wait on each other: for shuffled samples, where a cursor's remembered block rarely
+    /// holds the next one, the CPU overlaps their memory reads.
+    #[inline]
+    pub fn place(&self, sample: SampleId) -> Option<(BlockIndex, u64)> {
+        let block = self.find(sample)?;
+        Some((block, sample - self.range(block as usize).start))
+    }
+
     /// The sample ids of block `index` (blocks tile the ids from 0).
     #[inline]
     fn range(&self, index: usize) -> std::ops::Range<SampleId> {
@@ -180,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cursor_places_samples_in_any_order() {
+    fn a_cursor_and_the_finder_place_samples_in_any_order() {
         let rows = [3, 0, 0, 7, 1, 1, 1, 0, 20, 2];
         let blocks = blocks(&rows);
         let finder = BlockFinder::new(&blocks);
@@ -194,6 +205,7 @@ mod tests {
             let expected = block_of(&blocks, sample)
                 .map(|block| (block, sample - blocks[block as usize].first_sample));
             assert_eq!(cursor.place(sample), expected, "{sample}");
+            assert_eq!(finder.place(sample), expected, "{sample}");
         }
     }
 }

@@ -387,9 +387,8 @@ where
         let first = positions.start;
         let order = &self.plan.order()[positions.start as usize..positions.end as usize];
         let mut places = Vec::with_capacity(order.len());
-        let mut cursor = progress.finder.cursor();
         for (offset, &sample) in order.iter().enumerate() {
-            let Some((block, row)) = cursor.place(sample) else {
+            let Some((block, row)) = progress.finder.place(sample) else {
                 return Err(Error::PlanMismatch {
                     reason: format!(
                         "plan position {} names unknown sample {sample}",
