@@ -1,4 +1,4 @@
-//! An epoch started early with `Epoch::prefetch_next` works in the workers' idle time only,
+//! An epoch started early with `Epoch::prefetch_next` queues work only for idle workers,
 //! until the consumer reaches it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -91,6 +91,10 @@ fn a_prefetched_epoch_waits_for_idle_workers_then_delivers_everything() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(loader.source().submitted(), blocks);
+    // `prefetch` runs just before each read is queued, and the first epoch marks its reads
+    // dispatched just after the last: give it that moment, or the next epoch would not start
+    // now and the check below would test nothing.
+    std::thread::sleep(Duration::from_millis(50));
     first.prefetch_next(plan(1));
     // The next epoch has started, but the worker has the first epoch's reads queued: it
     // queues none of its own.

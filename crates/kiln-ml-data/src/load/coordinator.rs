@@ -22,11 +22,12 @@ use crate::{Error, Result};
 /// How often an epoch started in the background looks for idle workers.
 const BACKGROUND_POLL: Duration = Duration::from_millis(1);
 
-/// Jobs per worker an epoch started in the background keeps queued at most (its own and
-/// others'): one running and one waiting, so a worker finishing a job finds the next without
-/// waiting for the coordinator's next look. 1 left workers idle between jobs (per-sample
-/// block shuffle 0.90 of sequential against 0.93 with 2, one paired run each); 3 and 4
-/// measured as 2.
+/// Jobs per worker that may wait in the queue (its own and the previous epoch's, running ones
+/// not counted) before an epoch started in the background queues more reads; a look may add
+/// up to one collation job per worker on top. A worker finishing a job then finds the next
+/// without waiting for the coordinator's next look. 1 left workers idle between jobs
+/// (per-sample block shuffle 0.90 of sequential against 0.93 with 2, one paired run each); 3
+/// and 4 measured as 2.
 const BACKGROUND_QUEUE_PER_WORKER: usize = 2;
 
 /// A block's samples as the coordinator stores them (taken out one by one), or why it failed,
@@ -127,13 +128,17 @@ where
                 return;
             }
             let spare = self.spare_jobs(&progress);
-            let mut batch_limit =
+            let window_limit =
                 (progress.consumed + self.prefetch_batches).min(self.schedule.batches);
-            if let Some(spare) = spare {
-                batch_limit = batch_limit.min(progress.assembled + spare as u64);
-            }
-            self.dispatch_reads(&mut progress, batch_limit, spare, &results_tx);
+            let batch_limit = spare.map_or(window_limit, |spare| {
+                window_limit.min(progress.assembled + spare as u64)
+            });
+            let reads_held = self.dispatch_reads(&mut progress, batch_limit, spare, &results_tx);
             self.assemble_ready(&mut progress, batch_limit);
+            // Work the background limit kept back: look again soon. Anything else waits for a
+            // block or a credit.
+            let held_back =
+                reads_held || (batch_limit < window_limit && progress.assembled == batch_limit);
             *assembled_out = progress.assembled;
             if let Some((batch, _)) = &progress.failure
                 && progress.assembled >= *batch
@@ -146,9 +151,8 @@ where
             if progress.assembled == self.schedule.batches {
                 return;
             }
-            // In the background, look again for idle workers every so often; otherwise wait
-            // for a block or a credit (`Duration::MAX` sets no deadline).
-            let wait = if spare.is_some() {
+            // `Duration::MAX` sets no deadline.
+            let wait = if held_back {
                 BACKGROUND_POLL
             } else {
                 Duration::MAX
@@ -174,8 +178,9 @@ where
 
     /// How many jobs an epoch started in the background may queue now: up to
     /// [`BACKGROUND_QUEUE_PER_WORKER`] per worker, counting the jobs the previous epoch has
-    /// queued, so it takes only the workers' idle time. `None` once the consumer is on this
-    /// epoch: then it reads and collates as far ahead as its window allows.
+    /// queued, so it works mostly in the workers' idle time (a job of it already running still
+    /// delays whatever is submitted meanwhile). `None` once the consumer is on this epoch: then
+    /// it reads and collates as far ahead as its window allows.
     ///
     /// The epoch before it still has batches to deliver; reading this epoch's window at full
     /// speed took CPU time from them (a block shuffle's window is ~190 blocks, a sequential
@@ -190,15 +195,16 @@ where
 
     /// Reads every block the prefetch window needs, plus up to `read_ahead_blocks` beyond it
     /// (in schedule order) so workers keep busy while the consumer works through resident
-    /// blocks.
+    /// blocks; at most `most` of them. Returns whether `most` held a read back.
     fn dispatch_reads(
         &self,
         progress: &mut Progress<S::Item>,
         batch_limit: u64,
         most: Option<usize>,
         results: &Sender<BlockResult<S::Item>>,
-    ) {
+    ) -> bool {
         let mut budget = most.unwrap_or(usize::MAX);
+        let mut held = false;
         let uses = &self.schedule.uses;
         let window_end = self.schedule.end_of_batches(batch_limit);
         let in_window = self.schedule.uses_before(window_end);
@@ -218,6 +224,7 @@ where
                 break;
             }
             if budget == 0 {
+                held = true;
                 break;
             }
             budget -= 1;
@@ -227,6 +234,7 @@ where
         if progress.next_read == uses.len() {
             self.reads_dispatched.store(true, Ordering::Relaxed);
         }
+        held
     }
 
     fn submit_read(

@@ -84,10 +84,11 @@ impl<'loader, O> Epoch<'loader, O> {
     /// The next epoch starts (its coordinator reads blocks and assembles up to the prefetch depth)
     /// as soon as this epoch has requested all of its own blocks, so the next epoch's opening
     /// reads overlap this epoch's last batches instead of stalling the start of the next one.
-    /// Until the consumer takes it, it works in the workers' idle time only: it queues a job
-    /// only while fewer than two per worker are queued, so it never delays this epoch's
-    /// batches. Take it with [`into_next`](Self::into_next). While both run, the loader holds
-    /// both epochs' resident blocks.
+    /// Until the consumer takes it, it works mostly in the workers' idle time: it queues reads
+    /// only while fewer than two jobs per worker wait in the queue, so it does not crowd out
+    /// this epoch's work (one of its reads already running still delays a batch submitted
+    /// meanwhile). Take it with [`into_next`](Self::into_next). While both run, the loader
+    /// holds both epochs' resident blocks.
     pub fn prefetch_next(&mut self, plan: Plan) {
         self.next = Next::Planned(plan);
         self.start_next_if_ready();
