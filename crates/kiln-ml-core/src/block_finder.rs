@@ -4,7 +4,8 @@ use crate::{Block, BlockIndex, SampleId};
 
 /// Maps sample ids to blocks with a table of buckets: bucket `i` covers sample ids
 /// `[i << shift, (i + 1) << shift)` and records the first block that reaches into it, so a
-/// lookup is one table read and a binary search over the few blocks of one bucket.
+/// lookup is one table read, one comparison when the sample sits in that block (most do), and
+/// otherwise a binary search over the few blocks of one bucket.
 ///
 /// A plain binary search over all blocks costs a cache miss and a mispredicted branch per level
 /// (17 levels for 100K blocks), which dominates when consecutive lookups come from different
@@ -80,9 +81,8 @@ impl BlockFinder {
 
     /// The block holding `sample` and the sample's row in it, or `None` past the end.
     ///
-    /// Unlike a [`BlockCursor`], it remembers nothing between calls, so lookups in a loop do
-    /// not wait on each other: for shuffled samples, where a cursor's remembered block rarely
-    /// holds the next one, the CPU overlaps their memory reads.
+    /// It remembers nothing between calls, so lookups in a loop do not wait on each other: for
+    /// shuffled samples the CPU overlaps their memory reads.
     #[inline]
     pub fn place(&self, sample: SampleId) -> Option<(BlockIndex, u64)> {
         let block = self.find(sample)?;
@@ -94,52 +94,6 @@ impl BlockFinder {
     fn range(&self, index: usize) -> std::ops::Range<SampleId> {
         let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
         start..self.ends[index]
-    }
-
-    /// A cursor for locating many samples in a row: it remembers the last block found, so
-    /// runs of samples from one block (sequential plans, block shuffles) skip the search.
-    pub fn cursor(&self) -> BlockCursor<'_> {
-        BlockCursor {
-            finder: self,
-            current: None,
-        }
-    }
-}
-
-/// Locates samples one after another with a [`BlockFinder`], remembering the last block.
-///
-/// ```
-/// use kiln_ml_core::{BlockFinder, BlockLayout, Fingerprint, Layout};
-///
-/// let mut builder = Layout::builder();
-/// builder.add_file(Fingerprint::of_bytes(b"f"), &[3, 0, 5]);
-/// let layout = builder.build().unwrap();
-/// let finder = BlockFinder::new(layout.blocks());
-/// let mut cursor = finder.cursor();
-/// assert_eq!(cursor.place(4), Some((2, 1))); // block 2, row 1
-/// assert_eq!(cursor.place(5), Some((2, 2))); // same block: no search
-/// assert_eq!(cursor.place(8), None);
-/// ```
-#[derive(Debug, Clone)]
-pub struct BlockCursor<'a> {
-    finder: &'a BlockFinder,
-    current: Option<(BlockIndex, std::ops::Range<SampleId>)>,
-}
-
-impl BlockCursor<'_> {
-    /// The block holding `sample` and the sample's row in it, or `None` past the end.
-    #[inline]
-    pub fn place(&mut self, sample: SampleId) -> Option<(BlockIndex, u64)> {
-        match &self.current {
-            Some((block, range)) if range.contains(&sample) => Some((*block, sample - range.start)),
-            _ => {
-                let block = self.finder.find(sample)?;
-                let range = self.finder.range(block as usize);
-                let row = sample - range.start;
-                self.current = Some((block, range));
-                Some((block, row))
-            }
-        }
     }
 }
 
@@ -191,20 +145,18 @@ mod tests {
     }
 
     #[test]
-    fn a_cursor_and_the_finder_place_samples_in_any_order() {
+    fn the_finder_places_samples_in_any_order() {
         let rows = [3, 0, 0, 7, 1, 1, 1, 0, 20, 2];
         let blocks = blocks(&rows);
         let finder = BlockFinder::new(&blocks);
-        let mut cursor = finder.cursor();
         let samples: u64 = rows.iter().sum();
-        // Forward, backward and scattered, so the remembered block is both hit and missed.
+        // Forward, backward and scattered: each lookup stands alone.
         let order = (0..samples + 2)
             .chain((0..samples).rev())
             .chain((0..samples).map(|i| i * 7 % samples));
         for sample in order {
             let expected = block_of(&blocks, sample)
                 .map(|block| (block, sample - blocks[block as usize].first_sample));
-            assert_eq!(cursor.place(sample), expected, "{sample}");
             assert_eq!(finder.place(sample), expected, "{sample}");
         }
     }

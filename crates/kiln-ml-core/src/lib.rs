@@ -71,7 +71,7 @@ mod transform;
 
 pub use atomic_write::{Durability, WriteError, write_atomic};
 pub use autotune::AutotuneLevel;
-pub use block_finder::{BlockCursor, BlockFinder};
+pub use block_finder::BlockFinder;
 pub use data_key::{ResumePoint, data_key};
 pub use error::{Error, Result};
 pub use event::{Event, Phase, SkipReason, StepOutcome, StepReport};

@@ -429,9 +429,8 @@ fn schedule_of(order: &[SampleId], blocks: &[Block]) -> Result<Vec<BlockUse>> {
     let samples = blocks.last().map_or(0, Block::end);
     let mut uses: Vec<Option<(u64, u64)>> = vec![None; blocks.len()];
     let finder = BlockFinder::new(blocks);
-    let mut cursor = finder.cursor();
     for (position, &sample) in order.iter().enumerate() {
-        let (block, _) = cursor.place(sample).ok_or_else(|| {
+        let block = finder.find(sample).ok_or_else(|| {
             Error::InvalidConfig(format!(
                 "plan position {position} names sample {sample}, but the layout has {samples} samples"
             ))

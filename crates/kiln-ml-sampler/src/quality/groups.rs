@@ -14,9 +14,8 @@ pub(super) fn groups_of_order(
     let samples = layout.num_samples();
     let mut groups = Vec::with_capacity(order.len());
     let finder = BlockFinder::new(layout.blocks());
-    let mut cursor = finder.cursor();
     for (position, &sample) in order.iter().enumerate() {
-        let (block, _) = cursor.place(sample).ok_or_else(|| {
+        let block = finder.find(sample).ok_or_else(|| {
             Error::InvalidConfig(format!(
                 "quality: order position {position} names sample {sample}, but the layout has {samples} samples"
             ))
