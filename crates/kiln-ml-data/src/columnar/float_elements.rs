@@ -22,7 +22,7 @@ pub(crate) fn float_elements<'a>(
     let count = elements.len();
     match array.data_type() {
         DataType::Float32 => {
-            if array.slice(elements.start, count).null_count() > 0 {
+            if has_null(array, elements.start, count) {
                 return Err(named("holds a null value"));
             }
             Ok((&array.as_primitive::<Float32Type>().values()[elements], 1))
@@ -34,12 +34,12 @@ pub(crate) fn float_elements<'a>(
             }
             let list = array.as_fixed_size_list();
             // Element nulls have no batch row to name (`reject_nulls` would give an element's).
-            if list.slice(elements.start, count).null_count() > 0 {
+            if has_null(list, elements.start, count) {
                 return Err(named("holds a null element"));
             }
             let start = (list.offset() + elements.start) * width;
             let floats = list.values();
-            if floats.slice(start, count * width).null_count() > 0 {
+            if has_null(floats.as_ref(), start, count * width) {
                 return Err(named("holds a null value"));
             }
             let values = floats.as_primitive::<Float32Type>().values();
@@ -47,4 +47,12 @@ pub(crate) fn float_elements<'a>(
         }
         other => Err(named(&format!("holds {other}, not Float32 elements"))),
     }
+}
+
+/// Whether `len` values of `array` from `offset` hold a null: counted on its null bitmap, not on
+/// a sliced copy of the array (this runs for every column of every batch).
+fn has_null(array: &dyn Array, offset: usize, len: usize) -> bool {
+    array
+        .nulls()
+        .is_some_and(|nulls| nulls.slice(offset, len).null_count() > 0)
 }
