@@ -11,7 +11,10 @@ use burn::tensor::backend::Backend;
 
 use super::collate::gather;
 use super::float_elements::float_elements;
-use crate::{ArrowRow, Collate, DecodeError, Staged, TensorCreation, required_values};
+use crate::parquet_source::{named, primitive_of};
+use crate::{
+    ArrowRow, Collate, DecodeError, Staged, TensorCreation, reject_nulls, required_values,
+};
 
 /// Builds a batch (tensors on a device) from its columns: the columnar counterpart of Burn's
 /// `Batcher`, used through [`BurnColumnar`].
@@ -136,14 +139,16 @@ pub fn float_matrix(batch: &RecordBatch, columns: &[&str]) -> Result<Vec<f32>, D
     // Each named column as (values, width): a plain column is width 1.
     let mut parts: Vec<(&[f32], usize)> = Vec::with_capacity(columns.len());
     for &name in columns {
-        let array = batch
-            .column_by_name(name)
-            .ok_or_else(|| DecodeError::new("no such column").in_column(name))?;
+        let array = named(batch, name)?;
         match array.data_type() {
             DataType::FixedSizeList(..) => {
                 parts.push(float_elements(array.as_ref(), 0..rows, name)?)
             }
-            _ => parts.push((required_values::<Float32Type>(batch, name)?, 1)),
+            _ => {
+                let values = primitive_of::<Float32Type>(array, name)?;
+                reject_nulls(values, name)?;
+                parts.push((values.values(), 1));
+            }
         }
     }
     let width: usize = parts.iter().map(|(_, width)| width).sum();
@@ -214,8 +219,13 @@ mod tests {
         .unwrap();
         let error = float_matrix(&batch, &["n"]).unwrap_err();
         assert_eq!(error.column(), Some("n"));
+        assert!(error.reason().contains("has type Int64"), "{error}");
         let error = float_matrix(&batch, &["x"]).unwrap_err();
         assert_eq!(error.column(), Some("x"));
+        assert_eq!(error.row(), Some(1));
+        let error = float_matrix(&batch, &["y"]).unwrap_err();
+        assert_eq!(error.column(), Some("y"));
+        assert!(error.reason().contains("columns: n, x"), "{error}");
         assert_eq!(int_vector(&batch, "n").unwrap(), [1, 2]);
         assert!(int_vector(&batch, "x").is_err());
     }

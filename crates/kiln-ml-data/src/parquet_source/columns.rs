@@ -1,7 +1,7 @@
 //! Typed column access for row decoders, with errors that name the column and row.
 
 use arrow_array::types::ArrowPrimitiveType;
-use arrow_array::{Array, PrimitiveArray, RecordBatch};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
 
 use crate::DecodeError;
 
@@ -12,19 +12,55 @@ pub fn column<'a, A: Array + 'static>(
     batch: &'a RecordBatch,
     name: &str,
 ) -> Result<&'a A, DecodeError> {
-    let array = batch.column_by_name(name).ok_or_else(|| {
+    downcast(named(batch, name)?, name)
+}
+
+/// The column `name` as a primitive array of `T`; nulls are allowed.
+pub fn primitive<'a, T: ArrowPrimitiveType>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Result<&'a PrimitiveArray<T>, DecodeError> {
+    primitive_of(named(batch, name)?, name)
+}
+
+/// `array` (the column `name`) as a primitive array of `T`; nulls are allowed.
+///
+/// Fails, naming the column and both types, when it has another type.
+pub(crate) fn primitive_of<'a, T: ArrowPrimitiveType>(
+    array: &'a ArrayRef,
+    name: &str,
+) -> Result<&'a PrimitiveArray<T>, DecodeError> {
+    if array.data_type() != &T::DATA_TYPE {
+        return Err(DecodeError::new(format!(
+            "has type {} but the decoder expects {}",
+            array.data_type(),
+            T::DATA_TYPE
+        ))
+        .in_column(name));
+    }
+    downcast(array, name)
+}
+
+/// The column `name` of `batch`, looked up once: a collation reads a dozen columns a batch, and
+/// each lookup compares names field by field.
+///
+/// Fails, naming the column and the batch's columns, when there is no such column.
+pub(crate) fn named<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DecodeError> {
+    let index = batch.schema_ref().index_of(name).map_err(|_| {
         let columns: Vec<&str> = batch
             .schema_ref()
             .fields()
             .iter()
             .map(|field| field.name().as_str())
             .collect();
-        DecodeError::new(format!(
-            "no such column in the row group (columns: {})",
-            columns.join(", ")
-        ))
-        .in_column(name)
+        DecodeError::new(format!("no such column (columns: {})", columns.join(", ")))
+            .in_column(name)
     })?;
+    Ok(batch.column(index))
+}
+
+/// `array` (the column `name`) as the concrete array type `A`, or an error naming both types.
+fn downcast<'a, A: Array + 'static>(array: &'a ArrayRef, name: &str) -> Result<&'a A, DecodeError> {
     array.as_any().downcast_ref::<A>().ok_or_else(|| {
         DecodeError::new(format!(
             "has type {} but the decoder expects {}",
@@ -33,25 +69,6 @@ pub fn column<'a, A: Array + 'static>(
         ))
         .in_column(name)
     })
-}
-
-/// The column `name` as a primitive array of `T`; nulls are allowed.
-pub fn primitive<'a, T: ArrowPrimitiveType>(
-    batch: &'a RecordBatch,
-    name: &str,
-) -> Result<&'a PrimitiveArray<T>, DecodeError> {
-    let array = batch.column_by_name(name);
-    if let Some(array) = array
-        && array.data_type() != &T::DATA_TYPE
-    {
-        return Err(DecodeError::new(format!(
-            "has type {} but the decoder expects {}",
-            array.data_type(),
-            T::DATA_TYPE
-        ))
-        .in_column(name));
-    }
-    column::<PrimitiveArray<T>>(batch, name)
 }
 
 /// The values of the primitive column `name`, which must hold no nulls.
