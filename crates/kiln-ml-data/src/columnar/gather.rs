@@ -250,7 +250,8 @@ fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
         // Emptied first, so no entry of another batch (however it ended) can match; the
         // addresses are only compared, never followed.
         index_of.clear();
-        let mut chunks: Vec<&Chunk> = Vec::new();
+        // At most one chunk per row: sized once, not grown (and copied) six times a batch.
+        let mut chunks: Vec<&Chunk> = Vec::with_capacity(rows.len());
         // Neighbouring rows usually share a chunk: checking the last one first skips most
         // lookups.
         let mut last: Option<(*const Chunk, usize)> = None;
