@@ -75,6 +75,7 @@ mod columnar;
 mod error;
 mod load;
 mod parquet_source;
+mod scatter_hint;
 
 /// The Parquet crate kiln-ml-data reads with (and examples write with).
 pub use ::parquet;

@@ -55,66 +55,84 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
     let Some(first) = rows.first() else {
         return Ok(None);
     };
-    let (first_chunk, first_row) = first.chunk();
-    let one_chunk = rows
-        .iter()
-        .all(|row| std::ptr::eq(row.chunk().0, first_chunk));
-    if one_chunk {
-        let consecutive = rows
-            .iter()
-            .enumerate()
-            .all(|(offset, row)| row.chunk().1 == first_row + offset);
-        if consecutive {
-            return Ok(Some(first_chunk.slice(first_row, rows.len())));
-        }
-        let indices: UInt32Array = rows
-            .iter()
-            .map(|row| u32::try_from(row.chunk().1).ok())
-            .collect();
-        return take_record_batch(first_chunk, &indices).map(Some);
+    if let Some(sliced) = sliced(rows)? {
+        return Ok(Some(sliced));
     }
-    let schema = first_chunk.schema();
-    if let Some(runs) = long_runs(rows) {
-        // A few consecutive runs (a sequential batch across a block boundary): their slices,
-        // concatenated, without staging the chunks.
-        let slices: Vec<RecordBatch> = runs
-            .into_iter()
-            .map(|(row, len)| {
-                let (chunk, start) = row.chunk();
-                chunk.slice(start, len)
-            })
-            .collect();
-        return concat_batches(&schema, &slices).map(Some);
-    }
-    let (shared, indices) = chunk_indices(rows);
+    let first_chunk = first.shared_chunk();
+    let schema = Arc::clone(first_chunk.schema());
     let mut columns: Vec<Option<ArrayRef>> = vec![None; schema.fields().len()];
     // The fixed-width columns every chunk stages alike: from rows, one run of bytes per row.
-    if let Some(staged) = staged_alike(&shared) {
-        for (column, array) in gather_staged(&staged, &indices) {
+    if let Some(layout) = first_chunk.row_major()
+        && let Some(staged) = staged_rows(rows, layout)
+    {
+        for (column, array) in gather_staged(layout, &staged) {
             columns[column] = Some(array);
         }
     }
+    if columns.iter().all(Option::is_some) {
+        let columns = columns.into_iter().flatten().collect();
+        return RecordBatch::try_new(schema, columns).map(Some);
+    }
     // The other columns (strings, lists, nulls), column by column.
-    let chunks: Vec<&RecordBatch> = if columns.iter().any(Option::is_none) {
-        rows_chunks(&shared)
-    } else {
-        Vec::new()
-    };
+    let (shared, indices) = chunk_indices(rows);
     let columns = columns
         .into_iter()
         .enumerate()
         .map(|(column, staged)| {
-            if let Some(gathered) = staged.or_else(|| gather_plain(&chunks, column, &indices)) {
+            if let Some(staged) = staged {
+                return Ok(staged);
+            }
+            let arrays: Vec<&ArrayRef> = shared.iter().map(|chunk| chunk.column(column)).collect();
+            if let Some(gathered) = gather_plain(&arrays, &indices) {
                 return Ok(gathered);
             }
-            let arrays: Vec<&dyn Array> = chunks
-                .iter()
-                .map(|chunk| chunk.column(column).as_ref())
-                .collect();
+            let arrays: Vec<&dyn Array> = arrays.iter().map(|array| array.as_ref()).collect();
             interleave(&arrays, &indices)
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema, columns).map(Some)
+}
+
+/// The rows without copying, where their chunks' columns are at hand: a zero-copy slice when
+/// they are a consecutive run of one chunk (a sequential plan), `take` when they all come from
+/// one chunk, slices concatenated for a few long runs (a sequential batch across a block
+/// boundary); `None` otherwise (a shuffled plan), and for chunks staged when decoded, whose
+/// rows come out of their staging.
+fn sliced(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError> {
+    let first = &rows[0];
+    let first_chunk = first.shared_chunk();
+    let one_chunk = rows
+        .iter()
+        .all(|row| std::ptr::eq(row.shared_chunk(), first_chunk));
+    if one_chunk {
+        if !first_chunk.has_columns() {
+            return Ok(None);
+        }
+        let batch = first_chunk.batch();
+        let consecutive = rows
+            .iter()
+            .enumerate()
+            .all(|(offset, row)| row.index() == first.index() + offset);
+        if consecutive {
+            return Ok(Some(batch.slice(first.index(), rows.len())));
+        }
+        let indices: UInt32Array = rows
+            .iter()
+            .map(|row| u32::try_from(row.index()).ok())
+            .collect();
+        return take_record_batch(batch, &indices).map(Some);
+    }
+    let Some(runs) = long_runs(rows) else {
+        return Ok(None);
+    };
+    if !runs.iter().all(|(row, _)| row.shared_chunk().has_columns()) {
+        return Ok(None);
+    }
+    let slices: Vec<RecordBatch> = runs
+        .into_iter()
+        .map(|(row, len)| row.shared_chunk().batch().slice(row.index(), len))
+        .collect();
+    concat_batches(first_chunk.schema(), &slices).map(Some)
 }
 
 /// The rows as runs of consecutive rows of one chunk (first row, length), when the runs average
@@ -123,13 +141,12 @@ fn long_runs(rows: &[ArrowRow]) -> Option<Vec<(&ArrowRow, usize)>> {
     let most_runs = rows.len() / LONG_RUN;
     let mut runs: Vec<(&ArrowRow, usize)> = Vec::with_capacity(most_runs);
     for row in rows {
-        if let Some((start, len)) = runs.last_mut() {
-            let (chunk, first) = start.chunk();
-            let (this_chunk, this_row) = row.chunk();
-            if std::ptr::eq(chunk, this_chunk) && this_row == first + *len {
-                *len += 1;
-                continue;
-            }
+        if let Some((start, len)) = runs.last_mut()
+            && std::ptr::eq(start.shared_chunk(), row.shared_chunk())
+            && row.index() == start.index() + *len
+        {
+            *len += 1;
+            continue;
         }
         if runs.len() == most_runs {
             return None;
@@ -143,24 +160,25 @@ fn long_runs(rows: &[ArrowRow]) -> Option<Vec<(&ArrowRow, usize)>> {
 /// gather: below it, rows come from too many places (a shuffled plan).
 const LONG_RUN: usize = 8;
 
-/// Each chunk's decoded columns.
-fn rows_chunks<'a>(shared: &[&'a Chunk]) -> Vec<&'a RecordBatch> {
-    shared.iter().map(|chunk| chunk.batch()).collect()
-}
-
-/// Every chunk's row-major staging (made now where missing), when they all stage the same
-/// columns (a column with nulls in one chunk only is not staged there): `None` otherwise.
-fn staged_alike<'a>(shared: &[&'a Chunk]) -> Option<Vec<&'a RowMajor>> {
-    let mut staged: Vec<&RowMajor> = Vec::with_capacity(shared.len());
-    for chunk in shared {
-        staged.push(chunk.row_major()?);
+/// Each row's staged bytes (its chunk staged now where it was not), when every row's chunk
+/// stages the same columns as `layout` (a column with nulls in one chunk only is not staged
+/// there): `None` otherwise.
+fn staged_rows<'a>(rows: &'a [ArrowRow], layout: &RowMajor) -> Option<Vec<&'a [u8]>> {
+    let mut staged = Vec::with_capacity(rows.len());
+    // Neighbouring rows rarely share a chunk under a shuffle, but chunks of one source stage
+    // alike: comparing layouts is two words.
+    let mut alike: *const RowMajor = layout;
+    for row in rows {
+        let chunk = row.shared_chunk().row_major()?;
+        if !std::ptr::eq(chunk, alike) {
+            if !chunk.stages_like(layout) {
+                return None;
+            }
+            alike = chunk;
+        }
+        staged.push(chunk.row(row.index()));
     }
-    // The chunks share the source's schema: the same staged columns stage alike.
-    let first = *staged.first()?;
-    staged
-        .iter()
-        .all(|chunk| chunk.stages_like(first))
-        .then_some(staged)
+    Some(staged)
 }
 
 /// A numeric column without nulls, gathered value by value; `None` for any other column (left
@@ -169,15 +187,11 @@ fn staged_alike<'a>(shared: &[&'a Chunk]) -> Option<Vec<&'a RowMajor>> {
 /// In a shuffled batch nearly every row comes from another chunk, so `interleave`'s checks per
 /// input array (type, nulls) cost about as much as the values themselves; here each chunk's
 /// values are looked up once per column and the gather is a plain indexed copy.
-fn gather_plain(
-    chunks: &[&RecordBatch],
-    column: usize,
-    indices: &[(usize, usize)],
-) -> Option<ArrayRef> {
+fn gather_plain(arrays: &[&ArrayRef], indices: &[(usize, usize)]) -> Option<ArrayRef> {
     macro_rules! by_type {
         ($($data_type:ident => $arrow:ty),* $(,)?) => {
-            match chunks.first()?.column(column).data_type() {
-                $(DataType::$data_type => gather_values::<$arrow>(chunks, column, indices),)*
+            match arrays.first()?.data_type() {
+                $(DataType::$data_type => gather_values::<$arrow>(arrays, indices),)*
                 _ => None,
             }
         };
@@ -190,14 +204,13 @@ fn gather_plain(
 }
 
 fn gather_values<T: ArrowPrimitiveType>(
-    chunks: &[&RecordBatch],
-    column: usize,
+    arrays: &[&ArrayRef],
     indices: &[(usize, usize)],
 ) -> Option<ArrayRef> {
-    let values: Vec<&[T::Native]> = chunks
+    let values: Vec<&[T::Native]> = arrays
         .iter()
-        .map(|chunk| {
-            let array = chunk.column(column).as_primitive_opt::<T>()?;
+        .map(|array| {
+            let array = array.as_primitive_opt::<T>()?;
             (array.null_count() == 0).then(|| array.values().as_ref())
         })
         .collect::<Option<_>>()?;
@@ -258,7 +271,7 @@ fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
         let indices = rows
             .iter()
             .map(|row| {
-                let (chunk, offset) = (row.shared_chunk(), row.chunk().1);
+                let (chunk, offset) = (row.shared_chunk(), row.index());
                 let key = std::ptr::from_ref(chunk);
                 let index = match last {
                     Some((seen, index)) if seen == key => index,
@@ -279,7 +292,8 @@ fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
 
 #[cfg(test)]
 mod tests {
-    use arrow_array::{Int64Array, StringArray};
+    use arrow_array::types::Float64Type;
+    use arrow_array::{Float64Array, Int64Array, StringArray};
     use proptest::prelude::*;
 
     use super::*;
@@ -296,9 +310,32 @@ mod tests {
 
     /// Three chunks of ids 0..5, 100..103 and 200..207, decoded as rows.
     fn rows() -> Vec<ArrowRow> {
+        scattered_rows([false; 3])
+    }
+
+    /// The same rows, each chunk decoded as for a shuffled plan where `scattered` says so
+    /// (staged when decoded, its staged columns dropped), and with a third column, `score`,
+    /// null on even ids (never staged).
+    fn scattered_rows(scattered: [bool; 3]) -> Vec<ArrowRow> {
         let mut rows = Vec::new();
-        for ids in [0..5, 100..103, 200..207] {
-            ArrowRows.decode(&chunk(ids), &mut rows).unwrap();
+        for (ids, scattered) in [0..5, 100..103, 200..207].into_iter().zip(scattered) {
+            let scores: Float64Array = ids
+                .clone()
+                .map(|id| (id % 2 == 1).then_some(id as f64 / 2.0))
+                .collect();
+            let batch = chunk(ids);
+            let mut columns = batch.columns().to_vec();
+            columns.push(Arc::new(scores));
+            let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
+            fields.push(Arc::new(arrow_schema::Field::new(
+                "score",
+                DataType::Float64,
+                true,
+            )));
+            let batch =
+                RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns).unwrap();
+            crate::scatter_hint::reading(scattered, || ArrowRows.decode(&batch, &mut rows))
+                .unwrap();
         }
         rows
     }
@@ -377,24 +414,71 @@ mod tests {
         assert!(gather_rows(&[]).unwrap().is_none());
     }
 
+    #[test]
+    fn rows_of_chunks_staged_when_decoded_come_out_of_their_staging() {
+        let rows = scattered_rows([true, false, true]);
+        let staged_only = rows[0].shared_chunk();
+        assert!(
+            !staged_only.has_columns(),
+            "the staged id column was dropped"
+        );
+        // A consecutive run of such a chunk is gathered, not sliced: its ids are rebuilt
+        // nowhere else.
+        let run = gather_rows(&rows[1..4]).unwrap().unwrap();
+        assert_eq!(ids(&run), [1, 2, 3]);
+        assert_eq!(run.column(1).as_string::<i32>().value(2), "n3");
+        let scores = run.column(2).as_primitive::<Float64Type>();
+        assert_eq!(
+            (scores.value(0), scores.is_null(1), scores.value(2)),
+            (0.5, true, 1.5)
+        );
+        assert!(
+            !staged_only.has_columns(),
+            "gathering did not rebuild the chunk"
+        );
+        // Across chunks, both kinds mixed.
+        let picked: Vec<ArrowRow> = [12, 5, 0, 7].iter().map(|&i| rows[i].clone()).collect();
+        assert_eq!(
+            ids(&gather_rows(&picked).unwrap().unwrap()),
+            [204, 100, 0, 102]
+        );
+        // The row's own view rebuilds the columns once, with the same values.
+        let (batch, row) = rows[3].chunk();
+        assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(row), 3);
+        assert!(staged_only.has_columns());
+    }
+
     proptest! {
-        /// Any selection of rows, repeats included, comes out in its order, every column.
+        /// Any selection of rows, repeats included, comes out in its order, every column,
+        /// whichever chunks were staged when decoded.
         #[test]
-        fn any_order_is_kept(picks in proptest::collection::vec(0usize..15, 1..40)) {
-            let rows = rows();
+        fn any_order_is_kept(
+            picks in proptest::collection::vec(0usize..15, 1..40),
+            scattered in any::<[bool; 3]>(),
+        ) {
+            let rows = scattered_rows(scattered);
             let picked: Vec<ArrowRow> = picks.iter().map(|&i| rows[i].clone()).collect();
             let batch = gather_rows(&picked).unwrap().unwrap();
-            let expected: Vec<i64> = picked
+            let all_ids: Vec<i64> = (0..5).chain(100..103).chain(200..207).collect();
+            let expected: Vec<i64> = picks.iter().map(|&i| all_ids[i]).collect();
+            prop_assert_eq!(ids(&batch), expected.clone());
+            // Each row's own view (rebuilt from the staging where it was dropped) agrees.
+            let viewed: Vec<i64> = picked
                 .iter()
                 .map(|row| {
                     let (chunk, offset) = row.chunk();
                     chunk.column(0).as_primitive::<Int64Type>().value(offset)
                 })
                 .collect();
-            prop_assert_eq!(ids(&batch), expected.clone());
+            prop_assert_eq!(viewed, expected.clone());
             let names = batch.column(1).as_string::<i32>();
+            let scores = batch.column(2).as_primitive::<Float64Type>();
             for (offset, id) in expected.iter().enumerate() {
                 prop_assert_eq!(names.value(offset), format!("n{id}"));
+                prop_assert_eq!(scores.is_null(offset), id % 2 == 0);
+                if id % 2 == 1 {
+                    prop_assert_eq!(scores.value(offset), *id as f64 / 2.0);
+                }
             }
         }
     }

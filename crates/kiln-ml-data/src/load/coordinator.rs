@@ -17,6 +17,7 @@ use super::pool::Jobs;
 use super::reply::{Reply, Task};
 use super::schedule::EpochSchedule;
 use crate::cache_hint::prefetch;
+use crate::scatter_hint;
 use crate::{Error, Result};
 
 /// How often an epoch started in the background looks for idle workers.
@@ -246,6 +247,7 @@ where
         let source = Arc::clone(&self.source);
         let cancel = Arc::clone(&self.cancel);
         let Block { file, rows, .. } = self.source.blocks()[block as usize];
+        let scattered = scatter_hint::is_scattered(&self.schedule.uses[use_index], rows);
         // A remote source starts fetching now; the read itself waits its turn for a worker.
         self.source.prefetch(block);
         // Created before the job is queued: the epoch gets an answer whatever panics in the job
@@ -258,7 +260,9 @@ where
             reply.answer(|| {
                 // Described only on failure: for a Parquet source that formats a path.
                 let location = || source.describe_block(block);
-                let read = catch_unwind(AssertUnwindSafe(|| source.read_block(block)));
+                let read = catch_unwind(AssertUnwindSafe(|| {
+                    scatter_hint::reading(scattered, || source.read_block(block))
+                }));
                 match read {
                     Err(payload) => {
                         Err(Error::panicked(format!("reading {}", location()), payload))

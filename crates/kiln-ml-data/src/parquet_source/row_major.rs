@@ -143,38 +143,31 @@ impl RowMajor {
     }
 
     /// Row `row`'s staged bytes.
-    fn row(&self, row: usize) -> &[u8] {
+    pub(crate) fn row(&self, row: usize) -> &[u8] {
         &self.data[row * self.stride..(row + 1) * self.stride]
     }
 }
 
-/// The staged columns of the rows at `indices` (a chunk among `chunks`, a row in it), in order:
-/// `(column index, array)`. Every chunk must stage the same columns.
-pub(crate) fn gather_staged(
-    chunks: &[&RowMajor],
-    indices: &[(usize, usize)],
-) -> Vec<(usize, ArrayRef)> {
-    let first = chunks[0];
-    debug_assert!(chunks.iter().all(|chunk| chunk.columns == first.columns));
-    let stride = first.stride;
+/// The staged columns of `rows` (each a staged row of `layout`, or of a chunk that
+/// [stages like](RowMajor::stages_like) it), in order: `(column index, array)`.
+pub(crate) fn gather_staged(layout: &RowMajor, rows: &[&[u8]]) -> Vec<(usize, ArrayRef)> {
     // One run of bytes per row: the only random reads of the gather, all asked for first.
-    for &(chunk, row) in indices {
-        prefetch(chunks[chunk].row(row));
+    for row in rows {
+        prefetch(*row);
     }
     // Each row's values go straight to their columns, all in one buffer, column after column
     // (each starts at `rows × offset`, a multiple of its width: the arrays cut from it are
     // aligned).
-    let count = indices.len();
-    let mut columns = MutableBuffer::from_len_zeroed(count * stride);
+    let count = rows.len();
+    let mut columns = MutableBuffer::from_len_zeroed(count * layout.stride);
     let out = columns.as_slice_mut();
-    for (position, &(chunk, row)) in indices.iter().enumerate() {
-        let source = chunks[chunk].row(row);
-        for run in &first.runs {
-            spread_row(out, source, count, position, run);
+    for (position, row) in rows.iter().enumerate() {
+        for run in &layout.runs {
+            spread_row(out, row, count, position, run);
         }
     }
     let columns: Buffer = columns.into();
-    first
+    layout
         .columns
         .iter()
         .map(|column| {
@@ -334,9 +327,14 @@ mod tests {
         assert_eq!(staged[0].key, [0b110101, 0x1839]);
         assert!(staged[1].stages_like(&staged[0]));
         assert_eq!(staged[1].columns, staged[0].columns);
-        let chunks = [&staged[0], &staged[1]];
+        let rows = |picks: &[(usize, usize)]| -> Vec<&[u8]> {
+            picks
+                .iter()
+                .map(|&(chunk, row)| staged[chunk].row(row))
+                .collect()
+        };
         // Rows: second's row 2 (id 103), first's row 0, second's row 0 (id 101), first's row 3.
-        let gathered = gather_staged(&chunks, &[(1, 2), (0, 0), (1, 0), (0, 3)]);
+        let gathered = gather_staged(&staged[0], &rows(&[(1, 2), (0, 0), (1, 0), (0, 3)]));
         let by_index = |index: usize| {
             gathered
                 .iter()
@@ -352,7 +350,7 @@ mod tests {
         let tiny = by_index(5);
         assert_eq!(tiny.as_primitive::<Int8Type>().values(), &[103, 0, 101, 3]);
         // An odd row count: every column cut from the shared buffer is still aligned.
-        let odd = gather_staged(&chunks, &[(0, 1), (1, 1), (0, 2)]);
+        let odd = gather_staged(&staged[1], &rows(&[(0, 1), (1, 1), (0, 2)]));
         assert_eq!(odd[0].1.as_primitive::<Int64Type>().values(), &[1, 102, 2]);
         assert_eq!(
             odd[1].1.as_primitive::<Float32Type>().values(),
