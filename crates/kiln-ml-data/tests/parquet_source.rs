@@ -35,6 +35,23 @@ fn row_groups_become_blocks_in_file_order() {
 }
 
 #[test]
+fn every_row_group_of_every_file_shares_the_sources_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    write_dataset(dir.path(), &[25, 10], 10);
+    let source = ParquetSource::builder().dir(dir.path()).build().unwrap();
+    let schemas: Vec<_> = (0..source.num_blocks() as u32)
+        .map(|block| source.read_block(block).unwrap()[0].schema())
+        .collect();
+    // One handle (a gather across chunks looks columns up in one schema), not one per read.
+    assert!(
+        schemas
+            .iter()
+            .all(|schema| Arc::ptr_eq(schema, &schemas[0]))
+    );
+    assert_eq!(schemas[0].field(0).name(), "id");
+}
+
+#[test]
 fn files_globs_and_projection() {
     let dir = tempfile::tempdir().unwrap();
     let paths = write_dataset(dir.path(), &[5, 7], 100);

@@ -43,7 +43,13 @@ impl Conform {
         schema: &SchemaRef,
     ) -> Result<RecordBatch, (Option<String>, String)> {
         if self.identity {
-            return Ok(batch);
+            // The source's one schema handle, not the reader's for this row group: a batch
+            // gathered from many chunks then looks its columns up in one schema, in cache.
+            // (Metadata the file has and the source lacks keeps the reader's.)
+            return Ok(batch
+                .clone()
+                .with_schema(Arc::clone(schema))
+                .unwrap_or(batch));
         }
         let rows = batch.num_rows();
         let columns = self
