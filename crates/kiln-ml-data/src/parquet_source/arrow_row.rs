@@ -18,6 +18,11 @@ use crate::scatter_hint;
 /// sliced array per column, 20 to 30 times the data of a narrow row. Use
 /// [`ParquetSource::read_record_batch`](crate::ParquetSource::read_record_batch) to get a whole
 /// row group as one batch instead.
+///
+/// Read by a [`Loader`](crate::Loader) for a plan that takes a block's rows one by one (a
+/// shuffle), a chunk's fixed-width columns without nulls are copied row-major as it is decoded,
+/// for the columnar gather, and the chunk keeps only its other columns: see
+/// [`ArrowRow::chunk`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ArrowRows;
 
@@ -159,12 +164,17 @@ impl Chunk {
 }
 
 impl ArrowRow {
-    /// The row as a one-row `RecordBatch` (zero-copy slices of the chunk's columns).
+    /// The row as a one-row `RecordBatch` (zero-copy slices of the chunk's columns, rebuilt
+    /// first for a chunk decoded for a shuffled plan: see [`chunk`](Self::chunk)).
     pub fn to_record_batch(&self) -> RecordBatch {
         self.chunk.batch().slice(self.row, 1)
     }
 
     /// The value of column `name` as a one-element array, or `None` without such a column.
+    ///
+    /// A column a chunk decoded for a shuffled plan kept (strings, lists, columns with nulls)
+    /// is sliced as is; a staged one rebuilds the chunk's columns first (see
+    /// [`chunk`](Self::chunk)).
     pub fn column(&self, name: &str) -> Option<ArrayRef> {
         let index = self.chunk.schema().index_of(name).ok()?;
         Some(self.chunk.column(index).slice(self.row, 1))
@@ -183,8 +193,9 @@ impl ArrowRow {
     /// The decoded chunk the row sits in, and the row's index in it: for reading many columns
     /// of a row without slicing.
     ///
-    /// A chunk decoded for a shuffled plan holds its fixed-width columns row-major only (for
-    /// the columnar gather); the first call for one of its rows copies them back into columns.
+    /// A chunk a [`Loader`](crate::Loader) decoded for a shuffled plan holds its fixed-width
+    /// columns without nulls row-major only (what the columnar gather copies rows from); the
+    /// first call for one of its rows copies them back into Arrow columns, once for the chunk.
     pub fn chunk(&self) -> (&RecordBatch, usize) {
         (self.chunk.batch(), self.row)
     }
