@@ -94,10 +94,10 @@ mod tests {
         assert!(is_scattered(&used(0, 899_999), 740));
     }
 
-    /// A source that notes, per block, the hint its read ran under.
+    /// A source that notes the hint each read ran under.
     struct Recording {
         inner: MemorySource<u64>,
-        hints: Mutex<Vec<(BlockIndex, bool)>>,
+        hints: Mutex<Vec<bool>>,
     }
 
     impl BlockLayout for Recording {
@@ -113,41 +113,47 @@ mod tests {
         type Item = u64;
         type Error = MemorySourceError;
         fn read_block(&self, block: BlockIndex) -> Result<Vec<u64>, Self::Error> {
-            self.hints.lock().unwrap().push((block, scattered()));
+            self.hints.lock().unwrap().push(scattered());
             self.inner.read_block(block)
         }
     }
 
-    /// The hint of each read of one epoch over 8 files of 4 blocks of 64 rows, batches of 64.
-    fn hints_of(sampler: &impl Sampler) -> Vec<bool> {
+    /// The hint of each read of one epoch of `sampler` (32 blocks of 64 rows, batches of 64).
+    fn hints_of(loader: &Loader<Recording, NoCollate>, sampler: &impl Sampler) -> Vec<bool> {
+        let epoch = loader.plan_epoch(sampler, &PlanRequest::new(7, 0)).unwrap();
+        assert_eq!(epoch.map(Result::unwrap).count(), 32);
+        let hints = std::mem::take(&mut *loader.source().hints.lock().unwrap());
+        assert_eq!(hints.len(), 32, "every block read once");
+        // Reads run on the loader's workers, each under its own hint; none reaches the caller.
+        assert!(
+            !scattered(),
+            "the hint does not leak into the caller's thread"
+        );
+        hints
+    }
+
+    #[test]
+    fn the_loader_hints_reads_of_a_shuffled_plan_and_not_of_one_in_order() {
         let source = Recording {
             inner: MemorySource::new(vec![vec![(0..64).collect::<Vec<u64>>(); 4]; 8]),
             hints: Mutex::new(Vec::new()),
         };
         let loader = Loader::new(source, NoCollate, LoaderConfig::new().with_workers(2)).unwrap();
-        let epoch = loader.plan_epoch(sampler, &PlanRequest::new(7, 0)).unwrap();
-        assert_eq!(epoch.map(Result::unwrap).count(), 32);
-        let hints = loader.source().hints.lock().unwrap();
-        assert_eq!(hints.len(), 32, "every block read once");
-        assert!(
-            !scattered(),
-            "the hint does not leak into the caller's thread"
-        );
-        hints.iter().map(|&(_, hint)| hint).collect()
-    }
-
-    #[test]
-    fn the_loader_hints_reads_of_a_shuffled_plan_and_not_of_one_in_order() {
-        assert!(hints_of(&InOrderSampler::new(64)).iter().all(|&hint| !hint));
         let shuffle = BlockShuffleConfig::default()
             .with_batch_size(64)
             .with_remainder(RemainderPolicy::Uneven)
             .init()
             .unwrap();
-        let hints = hints_of(&shuffle);
+        let hints = hints_of(&loader, &shuffle);
         // The block shuffle spreads each block over its window: nearly every block is
         // scattered (the last few to open share a shrinking window).
         let scattered = hints.iter().filter(|&&hint| hint).count();
         assert!(scattered >= 24, "{scattered} of 32 reads hinted");
+        // In order, on the same workers after the shuffle: every read unhinted.
+        assert!(
+            hints_of(&loader, &InOrderSampler::new(64))
+                .iter()
+                .all(|&hint| !hint)
+        );
     }
 }

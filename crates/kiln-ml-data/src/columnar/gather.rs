@@ -276,7 +276,7 @@ fn chunk_indices(rows: &[ArrowRow]) -> (Vec<&Chunk>, Vec<(usize, usize)>) {
                 let index = match last {
                     Some((seen, index)) if seen == key => index,
                     _ => *index_of.entry(key).or_insert_with(|| {
-                        // Its staging is looked up next, for every chunk: ask for it now.
+                        // Its columns are looked up next, for every chunk: ask for it now.
                         prefetch(chunk);
                         chunks.push(chunk);
                         chunks.len() - 1

@@ -126,12 +126,11 @@ impl Chunk {
     /// Column `index`, without rebuilding the staged columns of a chunk staged when decoded
     /// unless it is one of them.
     pub(crate) fn column(&self, index: usize) -> &ArrayRef {
-        if self.batch.get().is_none()
-            && let Some(Some(kept)) = self.kept.as_ref().map(|kept| &kept[index])
-        {
-            return kept;
+        // A kept column is the decoded array itself, rebuilt batch or not.
+        match self.kept.as_ref().and_then(|kept| kept[index].as_ref()) {
+            Some(kept) => kept,
+            None => self.batch().column(index),
         }
-        self.batch().column(index)
     }
 
     /// The chunk's fixed-width columns without nulls, row-major: staged at the first call for
