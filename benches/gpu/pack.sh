@@ -4,6 +4,10 @@
 #
 #   benches/gpu/pack.sh                 # into .gpu/bin (ignored by git)
 #   PACK_DIR=/tmp/gpu benches/gpu/pack.sh
+#   AUTOTUNE=1 EXAMPLES="quickstart doctor metrics_throughput" benches/gpu/pack.sh
+#                                       # and `quickstart_autotune`, built with kiln's `autotune`
+#                                       # feature (Burn's kernel autotuning), for run.sh to compare;
+#                                       # fewer examples, to stay within what a run carries
 #
 # Release builds with the `cuda` and `wgpu` features: the quickstart, doctor,
 # metrics_throughput, diagnose and find_batch_size examples and kiln-ml-train's `trainer` test
@@ -19,24 +23,13 @@ PACK_DIR=${PACK_DIR:-.gpu/bin}
 LIMIT_MB=${LIMIT_MB:-60}
 export CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/kiln-target}
-EXAMPLES=(quickstart doctor metrics_throughput diagnose find_batch_size)
+read -r -a EXAMPLES <<<"${EXAMPLES:-quickstart doctor metrics_throughput diagnose find_batch_size}"
+AUTOTUNE=${AUTOTUNE:-0}
 
-build() {
-  local args=()
-  for example in "${EXAMPLES[@]}"; do args+=(--example "$example"); done
-  # One invocation, so Burn is built once with the union of the features.
-  cargo build --release --locked -p kiln-ml -p kiln-ml-train --features cuda,wgpu "${args[@]}" \
-    --test trainer --message-format=json-render-diagnostics >"$1"
-}
-
-mkdir -p "$PACK_DIR"
-messages=$(mktemp)
-trap 'rm -f "$messages"' EXIT
-echo "== building (CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION) into $CARGO_TARGET_DIR"
-build "$messages"
-
-# The executables cargo reports, by target name (the test binary's name carries a hash).
-python3 - "$messages" >"$messages.list" <<'PY'
+# Packs every executable a cargo build (its JSON messages in $1) reports, by target name (the
+# test binary's name carries a hash), under that name followed by $2.
+pack() {
+  python3 - "$1" >"$1.list" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     try:
@@ -46,13 +39,31 @@ for line in open(sys.argv[1]):
     if message.get("reason") == "compiler-artifact" and message.get("executable"):
         print(message["target"]["name"], message["executable"])
 PY
+  while read -r name path; do
+    echo "   packing $name$2 ($(du -h "$path" | cut -f1))"
+    strip -o "$PACK_DIR/$name$2" "$path"
+    xz -6 -T0 -f "$PACK_DIR/$name$2"
+  done <"$1.list"
+  rm -f "$1.list"
+}
+
+mkdir -p "$PACK_DIR"
 rm -f "$PACK_DIR"/*.xz
-while read -r name path; do
-  echo "   packing $name ($(du -h "$path" | cut -f1))"
-  strip -o "$PACK_DIR/$name" "$path"
-  xz -6 -T0 -f "$PACK_DIR/$name"
-done <"$messages.list"
-rm -f "$messages.list"
+messages=$(mktemp)
+trap 'rm -f "$messages"' EXIT
+echo "== building (CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION) into $CARGO_TARGET_DIR"
+if [ "$AUTOTUNE" = 1 ]; then
+  # First, so that the default build below is the one left in target/release/examples.
+  cargo build --release --locked -p kiln-ml --features cuda,wgpu,autotune --example quickstart \
+    --message-format=json-render-diagnostics >"$messages"
+  pack "$messages" _autotune
+fi
+args=()
+for example in "${EXAMPLES[@]}"; do args+=(--example "$example"); done
+# One invocation, so Burn is built once with the union of the features.
+cargo build --release --locked -p kiln-ml -p kiln-ml-train --features cuda,wgpu "${args[@]}" \
+  --test trainer --message-format=json-render-diagnostics >"$messages"
+pack "$messages" ""
 # The Vulkan loader and the GL dispatch libraries NVIDIA's Vulkan driver loads through, for a GPU
 # machine that may lack them (its driver brings the ICD itself). Unpacked by run.sh.
 DEBS=(libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2)

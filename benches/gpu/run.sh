@@ -11,15 +11,19 @@
 # PyTorch peer's interpreter, default python3), --only A,B,... (run only these steps; `data` is
 # needed by every training step).
 #
-# Steps, in order of importance: doctor; the PyTorch peer (`torch_quickstart.py`, DataLoader);
-# the quickstart on CUDA in bf16 (cold caches: time to first step; left out with --cache), again
-# (warm), in f32 without the profiler, as a plain Burn loop (kiln's step against Burn's), with
-# kiln's FusedAdam and with no bound on the steps queued; the `cuda` trainer tests (one process
-# per module); the quickstart on Vulkan in f16 and the products test on that adapter; the
-# quickstart on CUDA in f16; the PyTorch peer with its tensors on the GPU; metrics_throughput,
-# diagnose and find_batch_size on CUDA. While a step runs, a watcher writes every 10 s what its
-# process is doing (per-thread state, CPU time and kernel wait channel, GPU utilization, the last
-# kernel compiled): compiling and tuning tells itself apart from a stall.
+# Steps: doctor; the dataset; the PyTorch peer (`torch_quickstart.py`, DataLoader); then at once,
+# each compiling on its own cores: the `cuda` trainer tests (one process per module), the
+# quickstart built with Burn's autotuning when the packed binaries hold one
+# (`quickstart_autotune`, from `AUTOTUNE=1 pack.sh`, with a kernel cache of its own), and the
+# quickstart on CUDA in bf16 on a cold cache (its time to first step; left out with --cache).
+# Then warm: the quickstart in bf16, in f32 without the profiler, as a plain Burn loop (kiln's
+# step against Burn's), the autotuned quickstart, f16 on CUDA; the quickstart on Vulkan in f16 and the products test on that adapter;
+# kiln's FusedAdam and no bound on the steps queued; the PyTorch peer with its tensors on the GPU;
+# metrics_throughput, diagnose and find_batch_size on CUDA. While a step runs, a watcher writes
+# every 10 s what its process is doing (per-thread state, CPU time and kernel wait channel, GPU
+# utilization, the last kernel compiled), and every line of the kernel log is timed: compiling and
+# tuning tell themselves apart from a stall, and gpu.json's `compilation` says where a cold first
+# step's time went.
 #
 # Writes DIR/gpu.json (keys: device, time_to_first_step_s, kiln_step_ms, plain_burn_step_ms,
 # quickstart_min_ade, torch_min_ade, torch_seconds, cuda_tests_passed, cuda_tests_failed, null
@@ -39,7 +43,7 @@ while [ $# -gt 0 ]; do
     --python) PYTHON=$2; shift 2 ;;
     --only) ONLY=",$2,"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -152,6 +156,12 @@ step() {
   if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then
     return 1
   fi
+  # A binary left out of the packed ones (to fit what a run carries) skips its step.
+  if [[ "$1" == "$B/"* ]] && [ ! -x "$1" ]; then
+    echo "-- $name: skipped (no $(basename "$1") among the packed binaries)"
+    printf '%s\tno binary\t0\n' "$name" >>"$LOGS/steps.tsv"
+    return 1
+  fi
   local left=$((BUDGET - (SECONDS - START)))
   if [ "$left" -lt 20 ]; then
     echo "-- $name: skipped (${left} s of the budget left)"
@@ -166,10 +176,20 @@ step() {
   local pid=$!
   watch_process "$pid" "$LOGS/$name.watch" &
   local watcher=$!
+  # Every line the step's kernel log gains, with the time it appeared: CubeCL writes a kernel's
+  # line before it compiles it, so the gap to the next line is that kernel's compilation (and
+  # the launches and tuning runs that follow it). Ends when the step does.
+  echo "# start $EPOCHREALTIME" >"$LOGS/$name.kernels"
+  tail -n0 -F --pid="$pid" "$KILN_CACHE_DIR/cubecl/kernels.log" 2>/dev/null |
+    while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "${line:0:200}"; done \
+      >>"$LOGS/$name.kernels" &
+  local timeline=$!
   wait "$pid"
-  local status=$?
+  local status=$? ended=$EPOCHREALTIME
   kill "$watcher" 2>/dev/null
   wait "$watcher" 2>/dev/null
+  wait "$timeline" 2>/dev/null
+  echo "# end $ended" >>"$LOGS/$name.kernels"
   local took=$((SECONDS - started)) verdict=ok
   [ "$status" = 0 ] || verdict="exit $status"
   [ "$status" = 124 ] || [ "$status" = 137 ] && verdict=timeout
@@ -198,32 +218,12 @@ else
   echo "-- torch: skipped ($PYTHON has no torch and pyarrow)"
 fi
 
-# The quickstart in bf16 with the profiler, cold: the time to first step of a first run. It
-# needs an empty kernel cache, so it is left out when the run starts from an earlier one.
-if [ -z "$CACHE" ]; then
-  step quickstart_bf16_cold 210 "$B/quickstart" --device "$GPU" --precision bf16 --dir "$DATA" \
-    "${SIZE[@]}" --json "$J/quickstart_bf16_cold.json"
-else
-  echo "-- quickstart_bf16_cold: skipped (the run starts from the kernel cache $CACHE)"
-fi
-# With the caches warm: what a user sees from the second run on.
-step quickstart_bf16 90 "$B/quickstart" --device "$GPU" --precision bf16 --dir "$DATA" \
-  "${SIZE[@]}" --json "$J/quickstart_bf16.json"
-# kiln's trainer against a hand-written Burn loop: same model, batches, f32, no profiler; and
-# with kiln's fused Adam in place of Burn's.
-step kiln_f32 150 "$B/quickstart" --device "$GPU" --no-profile --dir "$DATA" "${SIZE[@]}" \
-  --json "$J/kiln_f32.json"
-step plain_burn_f32 90 "$B/quickstart" --device "$GPU" --trainer plain-burn --no-profile \
-  --dir "$DATA" "${SIZE[@]}" --json "$J/plain_burn_f32.json"
-step kiln_f32_fused_adam 90 "$B/quickstart" --device "$GPU" --no-profile --optimizer fused-adam \
-  --dir "$DATA" "${SIZE[@]}" --json "$J/kiln_f32_fused_adam.json"
-# The trainer's bounded run-ahead (a device wait every 2 steps by default) against none.
-step kiln_f32_unbounded 90 "$B/quickstart" --device "$GPU" --no-profile --max-queued-steps 0 \
-  --dir "$DATA" "${SIZE[@]}" --json "$J/kiln_f32_unbounded.json"
-
 # The `cuda` trainer tests (ignored without a driver; here only listed). They make their devices
 # without kiln's settings, so a cubecl.toml in their working folder puts their kernel and tuning
-# caches with the others.
+# caches with the others. One test process per module: CubeCL compiles each kernel on its
+# device's own thread, one at a time, so on a cold cache separate processes compile on separate
+# cores. --nocapture: a failure's message is printed when it happens, not after the last test
+# (which a deadline may never reach). Each module's output goes to logs/cuda_tests.MODULE.log.
 mkdir -p "$WORK/tests"
 cat >"$WORK/tests/cubecl.toml" <<TOML
 [autotune]
@@ -231,25 +231,70 @@ cache = { file = "$KILN_CACHE_DIR/cubecl" }
 [compilation]
 cache = { file = "$KILN_CACHE_DIR/cubecl/compiled/tests" }
 TOML
-if [ "$DRY" = 1 ]; then
-  step cuda_tests 60 "$B/trainer" --list --ignored cuda::
-else
-  # One test process per module: CubeCL compiles each kernel on its device's own thread, one at a
-  # time, so on a cold cache separate processes compile on separate cores. --nocapture: a
-  # failure's message is printed when it happens, not after the last test (which a deadline may
-  # never reach).
-  MODULES=$("$B/trainer" --list --ignored 2>/dev/null | sed -n 's/^\([a-z_]*\)::cuda::.*: test$/\1/p' | sort -u)
-  [ -n "$MODULES" ] || echo "-- cuda_tests: the trainer binary lists no cuda test (built without --features cuda?)"
-  # Each module's output goes to logs/cuda_tests.MODULE.log, there even if the deadline cuts it.
-  [ -n "$MODULES" ] && (cd "$WORK/tests" && step cuda_tests 240 bash -c '
-    for module in '"$(echo $MODULES)"'; do
+cuda_tests() {
+  if [ "$DRY" = 1 ]; then
+    step cuda_tests 60 "$B/trainer" --list --ignored cuda::
+    return
+  fi
+  local modules
+  modules=$("$B/trainer" --list --ignored 2>/dev/null | sed -n 's/^\([a-z_]*\)::cuda::.*: test$/\1/p' | sort -u)
+  if [ -z "$modules" ]; then
+    echo "-- cuda_tests: the trainer binary lists no cuda test (built without --features cuda?)"
+    return 1
+  fi
+  (cd "$WORK/tests" && step cuda_tests 240 bash -c '
+    for module in '"$(echo $modules)"'; do
       "$0" --ignored --nocapture --test-threads 2 "$module::cuda::" >"$1/cuda_tests.$module.log" 2>&1 &
     done
     failed=0
     for job in $(jobs -p); do wait "$job" || failed=1; done
     grep -h "^test result" "$1"/cuda_tests.*.log
     exit $failed' "$B/trainer" "$LOGS")
+}
+
+# Cold kernel caches. Compilation runs on one core per process, so what needs an empty cache
+# runs at once, each on its own cores: the `cuda` tests; the quickstart built with Burn's
+# autotuning (`quickstart_autotune`, when the packed binaries hold one), with a kernel cache of
+# its own; and the quickstart in bf16 with the profiler, whose time to first step is a first
+# run's.
+# The cold quickstart needs an empty cache, so it is left out when the run starts from an
+# earlier one.
+cuda_tests &
+BACKGROUND=($!)
+AUTOTUNE_CACHE=$WORK/kiln-cache-autotune
+if [ -x "$B/quickstart_autotune" ]; then
+  mkdir -p "$AUTOTUNE_CACHE"
+  KILN_CACHE_DIR=$AUTOTUNE_CACHE step quickstart_autotune_bf16_cold 240 "$B/quickstart_autotune" \
+    --device "$GPU" --precision bf16 --dir "$DATA" "${SIZE[@]}" \
+    --json "$J/quickstart_autotune_bf16_cold.json" &
+  BACKGROUND+=($!)
 fi
+if [ -z "$CACHE" ]; then
+  step quickstart_bf16_cold 120 "$B/quickstart" --device "$GPU" --precision bf16 --dir "$DATA" \
+    "${SIZE[@]}" --json "$J/quickstart_bf16_cold.json"
+else
+  echo "-- quickstart_bf16_cold: skipped (the run starts from the kernel cache $CACHE)"
+fi
+wait "${BACKGROUND[@]}"
+
+# With the caches warm: what a user sees from the second run on.
+step quickstart_bf16 90 "$B/quickstart" --device "$GPU" --precision bf16 --dir "$DATA" \
+  "${SIZE[@]}" --json "$J/quickstart_bf16.json"
+# kiln's trainer against a hand-written Burn loop: same model, batches, f32, no profiler.
+step kiln_f32 150 "$B/quickstart" --device "$GPU" --no-profile --dir "$DATA" "${SIZE[@]}" \
+  --json "$J/kiln_f32.json"
+step plain_burn_f32 90 "$B/quickstart" --device "$GPU" --trainer plain-burn --no-profile \
+  --dir "$DATA" "${SIZE[@]}" --json "$J/plain_burn_f32.json"
+# With Burn's autotuning, warm (when its cold run finished): its kernels' step against the
+# untuned ones.
+if [ -x "$B/quickstart_autotune" ]; then
+  KILN_CACHE_DIR=$AUTOTUNE_CACHE step quickstart_autotune_bf16 90 "$B/quickstart_autotune" \
+    --device "$GPU" --precision bf16 --dir "$DATA" "${SIZE[@]}" \
+    --json "$J/quickstart_autotune_bf16.json"
+fi
+# f16-mixed on CUDA: does it keep f32's accuracy there?
+step quickstart_f16 150 "$B/quickstart" --device "$GPU" --precision f16 --dir "$DATA" \
+  "${SIZE[@]}" --json "$J/quickstart_f16.json"
 
 # The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present), and the products
 # test on that adapter: do f16 products accumulate in f32 there? (f16 lost accuracy through
@@ -262,9 +307,12 @@ if [ "$DRY" = 0 ] || ldconfig -p | grep 'libvulkan\.so\.1' >/dev/null; then
   (cd "$WORK/tests" && KILN_REQUIRE_GPU=1 step wgpu_products 90 "$B/trainer" --nocapture \
     products::wgpu::)
 fi
-# f16-mixed on CUDA: whether f16's loss is the format's or the Vulkan path's.
-step quickstart_f16 150 "$B/quickstart" --device "$GPU" --precision f16 --dir "$DATA" \
-  "${SIZE[@]}" --json "$J/quickstart_f16.json"
+# kiln's fused Adam in place of Burn's, and the trainer's bounded run-ahead (a device wait every
+# 2 steps by default) against none.
+step kiln_f32_fused_adam 90 "$B/quickstart" --device "$GPU" --no-profile --optimizer fused-adam \
+  --dir "$DATA" "${SIZE[@]}" --json "$J/kiln_f32_fused_adam.json"
+step kiln_f32_unbounded 90 "$B/quickstart" --device "$GPU" --no-profile --max-queued-steps 0 \
+  --dir "$DATA" "${SIZE[@]}" --json "$J/kiln_f32_unbounded.json"
 if [ "$HAVE_TORCH" = 1 ]; then
   step torch_resident_bf16 90 "$PYTHON" benches/gpu/torch_quickstart.py --dir "$DATA" \
     --variant resident --precision bf16 "${TORCH_SIZE[@]}" --json "$J/torch_resident_bf16.json"
@@ -316,6 +364,53 @@ def tests():
     expected = sum(int(n) for n in re.findall(r"^running (\d+) tests?$", text, re.M))
     return passed, max(failed, expected - passed)
 
+def compilation(name):
+    """What a step's kernel log says: kernels compiled and tuning runs, and the seconds after
+    each kind of kernel's line (its compilation, and the launches and tuning that follow it)."""
+    try:
+        lines = open(os.path.join(logs, name + ".kernels")).read().splitlines()
+    except OSError:
+        return None
+    start = end = None
+    events = []
+    for line in lines:
+        stamp, _, text = line.partition(" ")
+        if stamp == "#":
+            mark, _, when = text.partition(" ")
+            if mark == "start":
+                start = float(when)
+            elif mark == "end":
+                end = float(when)
+        else:
+            events.append((float(stamp), text))
+    if start is None or not events:
+        return None
+    events.sort(key=lambda event: event[0])
+    def kind(text):
+        if not text.startswith("[Compiling kernel]"):
+            return "tuning result" if text.startswith("Fastest result") else None
+        lowered = text.lower()
+        for part in ("matmul", "reduce", "fuse", "cast", "random", "prng"):
+            if part in lowered:
+                return {"fuse": "fused elementwise", "prng": "random"}.get(part, part)
+        return "other"
+    seconds, counts = {}, {}
+    stamps = [stamp for stamp, _ in events] + [end if end is not None else events[-1][0]]
+    for (stamp, text), following in zip(events, stamps[1:]):
+        label = kind(text)
+        if label is None:
+            continue
+        counts[label] = counts.get(label, 0) + 1
+        seconds[label] = seconds.get(label, 0.0) + max(0.0, following - stamp)
+    return {
+        "kernels": sum(n for label, n in counts.items() if label != "tuning result"),
+        "tuning_results": counts.get("tuning result", 0),
+        "count_by_kind": counts,
+        "seconds_after_kind": {label: round(value, 2) for label, value in seconds.items()},
+        "first_kernel_s": round(events[0][0] - start, 2),
+        "last_kernel_s": round(events[-1][0] - start, 2),
+    }
+
 steps = []
 for line in open(os.path.join(logs, "steps.tsv")).read().splitlines()[1:]:
     name, status, seconds = line.split("\t")
@@ -351,6 +446,17 @@ figures = {
     "f16_skipped_steps": get("quickstart_f16", "skipped_steps"),
     "wgpu_f16_skipped_steps": get("quickstart_wgpu_f16", "skipped_steps"),
     "wgpu_f16_loss_scale": get("quickstart_wgpu_f16", "loss_scale"),
+    "autotune": {
+        "time_to_first_step_cold_s": get("quickstart_autotune_bf16_cold", "time_to_first_step_s"),
+        "time_to_first_step_warm_s": get("quickstart_autotune_bf16", "time_to_first_step_s"),
+        "step_ms": get("quickstart_autotune_bf16", "step_ms"),
+        "seconds": get("quickstart_autotune_bf16", "seconds"),
+        "min_ade": get("quickstart_autotune_bf16", "min_ade"),
+    },
+    "bf16_step_ms": get("quickstart_bf16", "step_ms"),
+    "compilation": {name: compilation(name) for name in (
+        "quickstart_bf16_cold", "quickstart_autotune_bf16_cold", "quickstart_bf16",
+        "plain_burn_f32", "quickstart_f16", "quickstart_wgpu_f16")},
     "wgpu_products": next((step["status"] for step in steps if step["step"] == "wgpu_products"), None),
     "steps": steps,
 }
