@@ -121,17 +121,24 @@ fn fused_adam_follows_burns_adam_and_adamw<B: AutodiffBackend>(device: B::Device
         ];
         for (name, burn, fused) in cases {
             let fused = train::<B, _>(&device, precision, fused.init::<B>());
+            let moved = max_abs_diff(&burn, &initial);
             assert!(
-                max_abs_diff(&burn, &initial) > 1e-2,
+                moved > 1e-2,
                 "{name}, {precision}: training moved the weights"
             );
             let diff = max_abs_diff(&burn, &fused);
-            // Where products round to TF32 (CUDA), a last-place difference in one update can
-            // round a later product's input the other way: 100 steps amplify it (1.7e-4 seen).
-            let tolerance = f32_tolerance::<B>(&device);
+            let tolerance = if precision == Precision::F32 {
+                // Where products round to TF32 (CUDA), a last-place difference in one update
+                // can round a later product's input the other way: 100 steps amplify it
+                // (1.7e-4 seen on an H200).
+                f32_tolerance::<B>(&device)
+            } else {
+                low_precision_tolerance::<B>(&device, moved)
+            };
             assert!(
                 diff <= tolerance,
-                "{name}, {precision}: FusedAdam differs from Burn's by {diff} > {tolerance}"
+                "{name}, {precision}: FusedAdam differs from Burn's by {diff} > {tolerance} \
+                 (training moved the weights by {moved})"
             );
         }
     }
