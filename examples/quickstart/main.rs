@@ -732,7 +732,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(first) = time_to_first_step {
         println!(
             "first step {:.2} s from the start of training to the end of its first step (kernel \
-             compilation and autotuning on a GPU)",
+             compilation on a GPU)",
             first.as_secs_f64()
         );
     }

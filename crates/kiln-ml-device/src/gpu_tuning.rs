@@ -25,6 +25,13 @@
 //! let selection = select(DevicePreference::Auto).unwrap();
 //! ```
 //!
+//! Burn's autotuning is compiled in only with kiln's `autotune` feature (off by default; see
+//! [`GpuTuning::autotuning`]). With it, the first use of each new matrix-product shape compiles
+//! and times every candidate kernel, one at a time: on an H200 the quickstart's first step was
+//! still compiling after 5 minutes on a cold cache, against 7-9 s without it, and the untuned
+//! kernels trained it as fast (docs/performance.md, "Third H200 session"). Without the feature
+//! the autotune level changes nothing.
+//!
 //! Environment: `KILN_CACHE_DIR` moves kiln's cache root (default `$XDG_CACHE_HOME/kiln`, else
 //! `~/.cache/kiln`); `KILN_AUTOTUNE_LEVEL` sets the level. CubeCL's own variables
 //! (`CUBECL_AUTOTUNE_LEVEL`, `CUBECL_DEBUG_LOG`) still win over both.
@@ -146,6 +153,12 @@ impl GpuTuning {
         self.autotune_level
     }
 
+    /// Whether kiln's `autotune` feature compiled Burn's kernel autotuning in. (Another crate
+    /// of the build can turn Burn's `autotune` feature on by itself; kiln cannot see that.)
+    pub fn autotuning() -> bool {
+        cfg!(feature = "autotune")
+    }
+
     /// The kernel log's path, when it is on: `kernels.log` in the cache directory.
     pub fn kernel_log(&self) -> Option<PathBuf> {
         self.kernel_log.then(|| self.cache_dir.join("kernels.log"))
@@ -227,12 +240,12 @@ impl GpuTuning {
 
 impl std::fmt::Display for GpuTuning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "kernel cache {}, autotune level {}",
-            self.cache_dir.display(),
-            self.autotune_level
-        )?;
+        write!(f, "kernel cache {}, ", self.cache_dir.display())?;
+        if Self::autotuning() {
+            write!(f, "autotune level {}", self.autotune_level)?;
+        } else {
+            write!(f, "no autotuning (kiln's `autotune` feature is off)")?;
+        }
         if let Some(log) = self.kernel_log() {
             write!(f, ", kernel log {}", log.display())?;
         }
@@ -288,8 +301,10 @@ mod tests {
             Some(PathBuf::from("/somewhere/kiln/kernels.log"))
         );
         let text = tuning.to_string();
-        assert!(
-            text.contains("/somewhere/kiln") && text.contains("full"),
+        assert!(text.contains("/somewhere/kiln"), "{text}");
+        assert_eq!(
+            text.contains("autotune level full"),
+            GpuTuning::autotuning(),
             "{text}"
         );
         assert_eq!(

@@ -9,11 +9,13 @@
 //! hardware Vulkan adapter, then the pure-Rust `flex` CPU backend (which supports f16 and bf16);
 //! it never takes a software Vulkan driver such as Mesa's lavapipe, which is slower than flex on
 //! the same CPU. Ask for that one with [`DevicePreference::Wgpu`]: it exercises Burn's GPU code
-//! paths (fusion, autotune, the device memory pool, asynchronous readback) without a GPU.
+//! paths (fusion, JIT compilation, the device memory pool, asynchronous readback) without a
+//! GPU.
 //!
 //! The GPU variants of [`Selection`] exist only with the `cuda` and `wgpu` features, and when
 //! [`select`] picks a GPU it applies [`GpuTuning`]: CubeCL's caches in a user cache directory,
-//! its autotune level, a kernel log.
+//! its autotune level, a kernel log. Burn's kernel autotuning itself is compiled in only with
+//! the `autotune` feature (off by default: see [`GpuTuning`]).
 //!
 //! Generic code runs on whichever backend was chosen through [`BackendTask`]:
 //!

@@ -15,12 +15,13 @@ pub type CpuBackend = burn::backend::Flex;
 /// The CPU backend with autodiff, for training.
 pub type CpuAutodiff = Autodiff<CpuBackend>;
 
-/// The CUDA backend (fusion and autotune on), for training with autodiff.
+/// The CUDA backend (fusion on; autotuning with the `autotune` feature), for training with
+/// autodiff.
 #[cfg(feature = "cuda")]
 pub type CudaAutodiff = Autodiff<burn::backend::Cuda>;
 
-/// The wgpu backend on Vulkan (SPIR-V compiler, fusion and autotune on), for training with
-/// autodiff.
+/// The wgpu backend on Vulkan (SPIR-V compiler, fusion on; autotuning with the `autotune`
+/// feature), for training with autodiff.
 #[cfg(feature = "wgpu")]
 pub type WgpuAutodiff = Autodiff<burn::backend::Wgpu>;
 

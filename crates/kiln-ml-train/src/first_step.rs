@@ -1,7 +1,8 @@
 //! The first optimizer step of a `fit`: its time, and a notice while it takes long.
 //!
-//! On a GPU backend the first step compiles every kernel the model needs and autotunes the
-//! matrix products (minutes on a cold cache), so a user may stare at a silent terminal. A
+//! On a GPU backend the first step compiles every kernel the model needs (seconds on a cold
+//! cache; minutes where Burn's autotuning is compiled in, which compiles and times every
+//! candidate matrix-product kernel), so a user may stare at a silent terminal. A
 //! watcher thread prints, after a delay and then at the same interval, how long the step has
 //! run, which phase it is in, and whether the process is busy on the CPU meanwhile (compiling
 //! and tuning) or idle (waiting on the device: a stall, if it lasts).
@@ -146,11 +147,11 @@ pub(crate) fn notice(
          its {phase} phase)"
     );
     let Some(cpu) = cpu else {
-        return format!("{head}; on a GPU backend it compiles and autotunes every kernel first.");
+        return format!("{head}; on a GPU backend it compiles every kernel first.");
     };
     let cores = cpu.as_secs_f64() / seconds.max(1e-9);
     let verdict = if cores >= 0.5 {
-        "the host is busy: most likely compiling kernels and autotuning (cached for later runs)"
+        "the host is busy: most likely compiling kernels (cached for later runs)"
     } else if cores >= 0.1 {
         "the host is partly busy: compiling kernels, or waiting on the device in between"
     } else {

@@ -11,8 +11,10 @@
 //! Each preset also names the GPU autotune level it suits ([`Preset::autotune_level`]):
 //! `max_speed` tunes sizes finely (`extensive`), `balanced` and `reproducible` keep CubeCL's
 //! default (`balanced`), `debug` and `ci` tune least (`minimal`), for the fastest first step.
-//! Apply it with `kiln_ml::backend::GpuTuning` before the device is made. What else lies outside
-//! the trainer (cargo features, loader workers) is described per preset in `docs/training.md`.
+//! Apply it with `kiln_ml::backend::GpuTuning` before the device is made. It matters only where
+//! Burn's autotuning is compiled in (kiln's `autotune` feature, off by default). What else lies
+//! outside the trainer (cargo features, loader workers) is described per preset in
+//! `docs/training.md`.
 
 use std::fmt;
 use std::str::FromStr;

@@ -151,7 +151,7 @@ impl PhaseReport {
             let _ = writeln!(
                 out,
                 "first_step: {:.3} s from the start of training to the end of its first step \
-                 (kernel compilation and autotuning on a GPU), left out of the other rows.",
+                 (kernel compilation on a GPU), left out of the other rows.",
                 first.total_seconds
             );
         }
