@@ -17,9 +17,10 @@
 # (`quickstart_autotune`, from `AUTOTUNE=1 pack.sh`, with a kernel cache of its own), and the
 # quickstart on CUDA in bf16 on a cold cache (its time to first step; left out with --cache).
 # Then warm: the quickstart in bf16, in f32 without the profiler, as a plain Burn loop (kiln's
-# step against Burn's), the autotuned quickstart, f16 on CUDA; the quickstart on Vulkan in f16 and the products test on that adapter;
-# kiln's FusedAdam and no bound on the steps queued; the PyTorch peer with its tensors on the GPU;
-# metrics_throughput, diagnose and find_batch_size on CUDA. While a step runs, a watcher writes
+# step against Burn's), in f32 with the profiler, the autotuned quickstart, f16 on CUDA; the
+# quickstart on Vulkan in f16 and the products test on that adapter; kiln's FusedAdam and no
+# bound on the steps queued; the PyTorch peer with its tensors on the GPU; metrics_throughput,
+# diagnose and find_batch_size on CUDA. While a step runs, a watcher writes
 # every 10 s what its process is doing (per-thread state, CPU time and kernel wait channel, GPU
 # utilization, the last kernel compiled), and every line of the kernel log is timed: compiling and
 # tuning tell themselves apart from a stall, and gpu.json's `compilation` says where a cold first
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
     --python) PYTHON=$2; shift 2 ;;
     --only) ONLY=",$2,"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -285,6 +286,9 @@ step kiln_f32 150 "$B/quickstart" --device "$GPU" --no-profile --dir "$DATA" "${
   --json "$J/kiln_f32.json"
 step plain_burn_f32 90 "$B/quickstart" --device "$GPU" --trainer plain-burn --no-profile \
   --dir "$DATA" "${SIZE[@]}" --json "$J/plain_burn_f32.json"
+# f32 with the profiler on, as bf16 above: issue 26 asks for both.
+step quickstart_f32 90 "$B/quickstart" --device "$GPU" --dir "$DATA" "${SIZE[@]}" \
+  --json "$J/quickstart_f32.json"
 # With Burn's autotuning, warm (when its cold run finished): its kernels' step against the
 # untuned ones.
 if [ -x "$B/quickstart_autotune" ]; then
@@ -434,6 +438,7 @@ figures = {
     "min_ade_by_precision": {
         "f32": get("kiln_f32", "min_ade"),
         "bf16": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
+        "f32_profiled": get("quickstart_f32", "min_ade"),
         "f16": get("quickstart_f16", "min_ade"),
         "f16_wgpu": get("quickstart_wgpu_f16", "min_ade"),
         "plain_burn_f32": get("plain_burn_f32", "min_ade"),
