@@ -1,14 +1,16 @@
-//! Plan building: 900K samples (the 660-file case) and 100M samples, per sampler.
+//! Plan building: 900K samples (the 660-file case) and 100M samples, per sampler; and placing
+//! every sample of a 900K plan in its block (`BlockFinder::place`, what a loader does for each
+//! batch), in order and block-shuffled.
 //!
-//! Run: `cargo bench -p kiln-ml-sampler --bench plan_build` (add `-- 900k` or `-- 100m` to pick a
-//! group). Before the timings, each case prints its plan's heap bytes per sample and the
+//! Run: `cargo bench -p kiln-ml-sampler --bench plan_build` (add `-- 900k`, `-- 100m` or
+//! `-- place` to pick a group). Before the timings, each case prints its plan's heap bytes per sample and the
 //! process's peak resident memory, which criterion does not report.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use kiln_ml_core::{BlockLayout, Fingerprint, Layout, PlanRequest, Sampler};
+use kiln_ml_core::{BlockFinder, BlockLayout, Fingerprint, Layout, PlanRequest, Sampler};
 use kiln_ml_sampler::{BlockShuffleConfig, BlockShuffleSampler, RandomSampler, SequentialSampler};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -126,5 +128,33 @@ fn plan_100m(c: &mut Criterion) {
     bench_group(c, "plan_100m", 100_000_000, 10, 30);
 }
 
-criterion_group!(benches, plan_900k, plan_100m);
+/// Every sample of a 900K plan placed in its block and row, in the plan's order: a shuffled
+/// plan's lookups jump between blocks, a sequential one's walk them.
+fn place_900k(c: &mut Criterion) {
+    let layout = layout(900_000);
+    let finder = BlockFinder::new(layout.blocks());
+    let request = PlanRequest::new(42, 0);
+    let mut group = c.benchmark_group("place_900k");
+    group.throughput(Throughput::Elements(layout.num_samples()));
+    let plans: [(&str, Box<dyn Sampler>); 2] = [
+        ("sequential", Box::new(SequentialSampler::default())),
+        ("block_shuffle", Box::new(BlockShuffleSampler::default())),
+    ];
+    for (name, sampler) in plans {
+        let plan = sampler.plan(&layout, &request).expect("plannable");
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut rows = 0u64;
+                for &sample in plan.order() {
+                    let (block, row) = finder.place(sample).expect("in the layout");
+                    rows = rows.wrapping_add(u64::from(block) ^ row);
+                }
+                black_box(rows)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, plan_900k, plan_100m, place_900k);
 criterion_main!(benches);
