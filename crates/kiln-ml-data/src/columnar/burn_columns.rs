@@ -11,10 +11,8 @@ use burn::tensor::backend::Backend;
 
 use super::collate::gather;
 use super::float_elements::float_elements;
-use crate::parquet_source::{named, primitive_of};
-use crate::{
-    ArrowRow, Collate, DecodeError, Staged, TensorCreation, reject_nulls, required_values,
-};
+use crate::parquet_source::{named, required_values_of};
+use crate::{ArrowRow, Collate, DecodeError, Staged, TensorCreation, required_values};
 
 /// Builds a batch (tensors on a device) from its columns: the columnar counterpart of Burn's
 /// `Batcher`, used through [`BurnColumnar`].
@@ -144,11 +142,7 @@ pub fn float_matrix(batch: &RecordBatch, columns: &[&str]) -> Result<Vec<f32>, D
             DataType::FixedSizeList(..) => {
                 parts.push(float_elements(array.as_ref(), 0..rows, name)?)
             }
-            _ => {
-                let values = primitive_of::<Float32Type>(array, name)?;
-                reject_nulls(values, name)?;
-                parts.push((values.values(), 1));
-            }
+            _ => parts.push((required_values_of::<Float32Type>(array, name)?, 1)),
         }
     }
     let width: usize = parts.iter().map(|(_, width)| width).sum();

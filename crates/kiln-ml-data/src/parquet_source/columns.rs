@@ -26,7 +26,7 @@ pub fn primitive<'a, T: ArrowPrimitiveType>(
 /// `array` (the column `name`) as a primitive array of `T`; nulls are allowed.
 ///
 /// Fails, naming the column and both types, when it has another type.
-pub(crate) fn primitive_of<'a, T: ArrowPrimitiveType>(
+fn primitive_of<'a, T: ArrowPrimitiveType>(
     array: &'a ArrayRef,
     name: &str,
 ) -> Result<&'a PrimitiveArray<T>, DecodeError> {
@@ -79,7 +79,16 @@ pub fn required_values<'a, T: ArrowPrimitiveType>(
     batch: &'a RecordBatch,
     name: &str,
 ) -> Result<&'a [T::Native], DecodeError> {
-    let array = primitive::<T>(batch, name)?;
+    required_values_of::<T>(named(batch, name)?, name)
+}
+
+/// The values of `array` (the column `name`), a primitive array of `T` without nulls: what
+/// [`required_values`] checks, for a column already looked up.
+pub(crate) fn required_values_of<'a, T: ArrowPrimitiveType>(
+    array: &'a ArrayRef,
+    name: &str,
+) -> Result<&'a [T::Native], DecodeError> {
+    let array = primitive_of::<T>(array, name)?;
     reject_nulls(array, name)?;
     Ok(array.values())
 }

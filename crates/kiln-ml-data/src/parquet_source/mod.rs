@@ -30,7 +30,7 @@ mod walk;
 pub(crate) use arrow_row::Chunk;
 pub use arrow_row::{ArrowRow, ArrowRows};
 pub use columns::{column, primitive, reject_nulls, required_values};
-pub(crate) use columns::{named, primitive_of};
+pub(crate) use columns::{named, required_values_of};
 pub use decode::{DecodeError, FnDecoder, RowDecoder, decoder_fn};
 pub use retry_policy::RetryPolicy;
 pub(crate) use row_major::{RowMajor, gather_staged};
