@@ -4,8 +4,8 @@ use crate::{Block, BlockIndex, SampleId};
 
 /// Maps sample ids to blocks with a table of buckets: bucket `i` covers sample ids
 /// `[i << shift, (i + 1) << shift)` and records the first block that reaches into it, so a
-/// lookup is one table read, one comparison when the sample sits in that block (most do), and
-/// otherwise a binary search over the few blocks of one bucket.
+/// lookup is one table read, a branch-free pick between that block and the next (one of them
+/// holds nearly every sample), and otherwise a binary search over the few blocks of one bucket.
 ///
 /// A plain binary search over all blocks costs a cache miss and a mispredicted branch per level
 /// (17 levels for 100K blocks), which dominates when consecutive lookups come from different
