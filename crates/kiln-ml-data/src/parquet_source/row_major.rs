@@ -8,7 +8,7 @@
 //! it is decoded for a plan that scatters its rows (see `scatter_hint`), or else the first time
 //! a gather needs it: sequential plans, which slice chunks, never pay for it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::types::{
     ArrowPrimitiveType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
@@ -61,7 +61,8 @@ pub(crate) struct RowMajor {
     runs: Vec<WidthRun>,
     /// Which columns are staged and as what: bit `i` of the first words set when column `i` is
     /// staged, then 4 bits per staged column naming its type. Equal keys, equal layouts.
-    key: Vec<u64>,
+    /// Interned (see [`interned`]): chunks of one source share one key.
+    key: Arc<[u64]>,
     stride: usize,
     data: Vec<u8>,
 }
@@ -114,7 +115,7 @@ impl RowMajor {
         if columns.is_empty() {
             return None;
         }
-        let key = layout_key(batch.num_columns(), &columns);
+        let key = interned(layout_key(batch.num_columns(), &columns));
         let rows = batch.num_rows();
         let mut data = vec![0u8; rows * stride];
         for column in &columns {
@@ -134,13 +135,9 @@ impl RowMajor {
 
     /// Whether `other` stages the same columns, of the same types, at the same places.
     pub(crate) fn stages_like(&self, other: &RowMajor) -> bool {
-        match (self.key.as_slice(), other.key.as_slice()) {
-            // The usual key, up to 64 columns and 16 staged: no slice comparison per chunk.
-            ([mask, types], [other_mask, other_types]) => {
-                mask == other_mask && types == other_types
-            }
-            (mine, theirs) => mine == theirs,
-        }
+        // Under a shuffle this runs for nearly every row, each of another chunk: the shared key
+        // answers without reading either key (a cache miss each, when compared).
+        Arc::ptr_eq(&self.key, &other.key) || self.key == other.key
     }
 
     /// Row `row`'s staged bytes.
@@ -156,16 +153,13 @@ pub(crate) fn gather_staged(layout: &RowMajor, rows: &[&[u8]]) -> Vec<(usize, Ar
     for row in rows {
         prefetch(*row);
     }
-    // Each row's values go straight to their columns, all in one buffer, column after column
-    // (each starts at `rows × offset`, a multiple of its width: the arrays cut from it are
-    // aligned).
+    // The values go to their columns, all in one buffer, column after column (each starts at
+    // `rows × offset`, a multiple of its width: the arrays cut from it are aligned).
     let count = rows.len();
     let mut columns = MutableBuffer::from_len_zeroed(count * layout.stride);
     let out = columns.as_slice_mut();
-    for (position, row) in rows.iter().enumerate() {
-        for run in &layout.runs {
-            spread_row(out, row, count, position, run);
-        }
+    for run in &layout.runs {
+        gather_run(out, rows, run);
     }
     let columns: Buffer = columns.into();
     layout
@@ -176,6 +170,28 @@ pub(crate) fn gather_staged(layout: &RowMajor, rows: &[&[u8]]) -> Vec<(usize, Ar
             (column.index, primitive_array(column.code, values, count))
         })
         .collect()
+}
+
+/// Keys interned by [`interned`], at most [`MOST_INTERNED_KEYS`] of them.
+static INTERNED_KEYS: Mutex<Vec<Arc<[u64]>>> = Mutex::new(Vec::new());
+
+/// Layouts interned: a process reads a few schemas; past this many, keys are no longer shared.
+const MOST_INTERNED_KEYS: usize = 64;
+
+/// `key`, shared with every chunk staged with an equal one (while fewer than
+/// [`MOST_INTERNED_KEYS`] are held): one lock per chunk staged.
+fn interned(key: Vec<u64>) -> Arc<[u64]> {
+    let mut keys = INTERNED_KEYS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(shared) = keys.iter().find(|shared| ***shared == *key) {
+        return Arc::clone(shared);
+    }
+    let key: Arc<[u64]> = key.into();
+    if keys.len() < MOST_INTERNED_KEYS {
+        keys.push(Arc::clone(&key));
+    }
+    key
 }
 
 /// The staged columns' key (see [`RowMajor`]): which columns, then their types' codes, packed.
@@ -247,28 +263,29 @@ fn scatter(rows: &mut [u8], values: &[u8], stride: usize, offset: usize, width: 
     }
 }
 
-/// Copies one staged row's values of `run` (columns of one width, side by side in the row) to
-/// their places in a column-major buffer of `count` rows: value `j` of the run at row
-/// `position` of its column.
-fn spread_row(out: &mut [u8], row: &[u8], count: usize, position: usize, run: &WidthRun) {
-    fn fixed<const W: usize>(
-        out: &mut [u8],
-        row: &[u8],
-        count: usize,
-        position: usize,
-        run: &WidthRun,
-    ) {
-        for column in 0..run.columns {
+/// Copies the values of `run` (columns of one width, side by side in each row) out of `rows`
+/// into their columns of a column-major buffer of `rows.len()` rows, column after column: each
+/// column one run of writes, each value one read of a row already fetched. (Row after row,
+/// each value cost four bounds checks.)
+fn gather_run(out: &mut [u8], rows: &[&[u8]], run: &WidthRun) {
+    fn fixed<const W: usize>(out: &mut [u8], rows: &[&[u8]], run: &WidthRun) {
+        let count = rows.len();
+        if count == 0 {
+            return;
+        }
+        let run_out = &mut out[count * run.offset..count * (run.offset + run.columns * W)];
+        for (column, column_out) in run_out.chunks_exact_mut(count * W).enumerate() {
             let at = run.offset + column * W;
-            let to = count * at + position * W;
-            out[to..to + W].copy_from_slice(&row[at..at + W]);
+            for (value, row) in column_out.chunks_exact_mut(W).zip(rows) {
+                value.copy_from_slice(&row[at..at + W]);
+            }
         }
     }
     match run.width {
-        1 => fixed::<1>(out, row, count, position, run),
-        2 => fixed::<2>(out, row, count, position, run),
-        4 => fixed::<4>(out, row, count, position, run),
-        _ => fixed::<8>(out, row, count, position, run),
+        1 => fixed::<1>(out, rows, run),
+        2 => fixed::<2>(out, rows, run),
+        4 => fixed::<4>(out, rows, run),
+        _ => fixed::<8>(out, rows, run),
     }
 }
 
@@ -326,7 +343,7 @@ mod tests {
         let indices: Vec<usize> = staged[0].columns.iter().map(|c| c.index).collect();
         assert_eq!(indices, [0, 4, 2, 5]);
         // Columns 0, 2, 4 and 5 staged; in column order i64 (9), i16 (3), f32 (8), i8 (1).
-        assert_eq!(staged[0].key, [0b110101, 0x1839]);
+        assert_eq!(*staged[0].key, [0b110101, 0x1839]);
         assert!(staged[1].stages_like(&staged[0]));
         assert_eq!(staged[1].columns, staged[0].columns);
         let rows = |picks: &[(usize, usize)]| -> Vec<&[u8]> {
@@ -365,6 +382,31 @@ mod tests {
         let small = by_index(2);
         let small = small.as_primitive::<Int16Type>();
         assert_eq!(small.values(), &[1, -2, -1, 1]);
+    }
+
+    #[test]
+    fn chunks_share_a_key_only_when_they_stage_alike() {
+        let staged = RowMajor::stage(&chunk(0)).unwrap();
+        let alike = RowMajor::stage(&chunk(7)).unwrap();
+        assert!(Arc::ptr_eq(&staged.key, &alike.key));
+        assert!(alike.stages_like(&staged));
+        // The same columns, one of them another type: another layout.
+        let retyped = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+            ("ratio", Arc::new(Float64Array::from(vec![0.5])) as _),
+        ])
+        .unwrap();
+        let original = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+            ("ratio", Arc::new(Float32Array::from(vec![0.5])) as _),
+        ])
+        .unwrap();
+        let (retyped, original) = (
+            RowMajor::stage(&retyped).unwrap(),
+            RowMajor::stage(&original).unwrap(),
+        );
+        assert!(!retyped.stages_like(&original));
+        assert!(!original.stages_like(&staged));
     }
 
     #[test]
