@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use kiln_ml_core::Fingerprint;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::file::metadata::ParquetMetaDataReader;
+use parquet::file::metadata::{ParquetMetaDataOptions, ParquetMetaDataReader};
 
 use super::schema_depth::{MAX_SCHEMA_DEPTH, schema_deeper_than};
+use super::shared_schema;
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"PAR1";
@@ -84,7 +85,13 @@ impl Footer {
 /// Parses the Thrift metadata and derives the Arrow schema. (The reader can panic on a
 /// malformed footer: [`ParquetFile::open`](super::file::ParquetFile::open) catches that.)
 fn parse(metadata: &[u8], path: &Path) -> Result<ArrowReaderMetadata> {
-    ParquetMetaDataReader::decode_metadata(metadata)
+    ParquetMetaDataReader::decode_schema(metadata)
+        .and_then(|schema| {
+            // Decoded against a descriptor shared with the files of the same schema.
+            let schema = shared_schema::shared(Arc::unwrap_or_clone(schema));
+            let options = ParquetMetaDataOptions::new().with_schema(schema);
+            ParquetMetaDataReader::decode_metadata_with_options(metadata, Some(&options))
+        })
         .and_then(|metadata| {
             ArrowReaderMetadata::try_new(Arc::new(metadata), ArrowReaderOptions::new())
         })
