@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -37,6 +38,10 @@ pub(crate) struct ParquetFile {
     modified: SystemTime,
     footer: Footer,
     projection: Projection,
+    /// Per row group, the byte ranges of its projected column chunks, coalesced (see
+    /// [`row_group_ranges`](Self::row_group_ranges)). Worked out once: reading them off the
+    /// footer for each read walked its metadata, out of cache under a shuffled plan.
+    ranges: Vec<Vec<Range<u64>>>,
     /// Where an object-store file lives; `None` for a local file.
     #[cfg(feature = "remote")]
     remote: Option<RemoteObject>,
@@ -82,12 +87,14 @@ impl ParquetFile {
             &projection.leaves,
             footer.bytes.start,
         )?;
+        let ranges = coalesced_ranges(path, &footer, &projection)?;
         Ok(Self {
             path: path.to_owned(),
             bytes,
             modified,
             footer,
             projection,
+            ranges,
             #[cfg(feature = "remote")]
             remote: None,
         })
@@ -115,12 +122,14 @@ impl ParquetFile {
                 &projection.leaves,
                 footer.bytes.start,
             )?;
+            let ranges = coalesced_ranges(&path, &footer, &projection)?;
             Ok(Self {
                 path: path.clone(),
                 bytes: object.size,
                 modified: UNIX_EPOCH,
                 footer,
                 projection,
+                ranges,
                 remote: Some(object.clone()),
             })
         }));
@@ -278,7 +287,7 @@ impl ParquetFile {
             {
                 return Ok(RangeReader::new(held, self.bytes));
             }
-            let held = remote.read_ranges(self.row_group_ranges(row_group)?, row_group)?;
+            let held = remote.read_ranges(self.row_group_ranges(row_group)?.to_vec(), row_group)?;
             return Ok(RangeReader::new(held, self.bytes));
         }
         // A local read starts nothing ahead.
@@ -302,7 +311,7 @@ impl ParquetFile {
     pub(crate) fn start_fetch(&self, row_group: usize) -> Option<PendingRead> {
         #[cfg(feature = "remote")]
         if let Some(remote) = &self.remote {
-            let ranges = self.row_group_ranges(row_group).ok()?;
+            let ranges = self.row_group_ranges(row_group).ok()?.to_vec();
             return Some(remote.spawn_read(ranges, row_group));
         }
         let _ = row_group;
@@ -312,37 +321,23 @@ impl ParquetFile {
     /// The byte ranges of a row group's projected column chunks, coalesced: chunks within
     /// [`COALESCE_GAP_BYTES`] of each other are one range. Their places were checked against
     /// the file when it was opened.
-    fn row_group_ranges(&self, row_group: usize) -> Result<Vec<std::ops::Range<u64>>> {
-        if row_group >= self.footer.metadata.metadata().num_row_groups() {
-            return Err(Error::CorruptParquet {
+    fn row_group_ranges(&self, row_group: usize) -> Result<&[Range<u64>]> {
+        self.ranges
+            .get(row_group)
+            .map(Vec::as_slice)
+            .ok_or_else(|| Error::CorruptParquet {
                 path: self.path.clone(),
                 row_group: Some(row_group),
                 column: None,
                 reason: "no such row group".to_owned(),
-            });
-        }
-        let group = self.footer.metadata.metadata().row_group(row_group);
-        let mut chunks = Vec::with_capacity(self.projection.leaves.len());
-        for &leaf in &self.projection.leaves {
-            let chunk = group.column(leaf);
-            let range = chunk_range(chunk, self.footer.bytes.start).map_err(|reason| {
-                Error::CorruptParquet {
-                    path: self.path.clone(),
-                    row_group: Some(row_group),
-                    column: Some(chunk.column_path().string()),
-                    reason,
-                }
-            })?;
-            chunks.push(range);
-        }
-        Ok(coalesce(chunks, COALESCE_GAP_BYTES))
+            })
     }
 
     /// Reads the projected column chunks of a row group: one sequential read per group of
     /// nearby chunks ([`row_group_ranges`](Self::row_group_ranges)).
     fn read_range(&self, file: &mut File, row_group: usize) -> Result<RangeReader> {
         let mut held = Vec::new();
-        for range in self.row_group_ranges(row_group)? {
+        for range in self.row_group_ranges(row_group)?.iter().cloned() {
             let mut buffer = vec![0; (range.end - range.start) as usize];
             file.seek(SeekFrom::Start(range.start))
                 .and_then(|_| file.read_exact(&mut buffer))
@@ -404,6 +399,34 @@ fn next_chunk(
 fn while_ok(chunks: &mut ParquetRecordBatchReader) -> std::result::Result<(), String> {
     while next_chunk(chunks)?.is_some() {}
     Ok(())
+}
+
+/// Per row group of the file, the byte ranges of its projected column chunks, coalesced:
+/// chunks within [`COALESCE_GAP_BYTES`] of each other are one range.
+fn coalesced_ranges(
+    path: &Path,
+    footer: &Footer,
+    projection: &Projection,
+) -> Result<Vec<Vec<Range<u64>>>> {
+    let groups = footer.metadata.metadata().row_groups().iter().enumerate();
+    groups
+        .map(|(row_group, group)| {
+            let chunks = projection
+                .leaves
+                .iter()
+                .map(|&leaf| {
+                    let chunk = group.column(leaf);
+                    chunk_range(chunk, footer.bytes.start).map_err(|reason| Error::CorruptParquet {
+                        path: path.to_owned(),
+                        row_group: Some(row_group),
+                        column: Some(chunk.column_path().string()),
+                        reason,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(coalesce(chunks, COALESCE_GAP_BYTES))
+        })
+        .collect()
 }
 
 /// Runs a call into the Parquet reader, turning its panic (malformed pages can make it

@@ -172,14 +172,14 @@ pub(crate) fn gather_staged(layout: &RowMajor, rows: &[&[u8]]) -> Vec<(usize, Ar
         .collect()
 }
 
-/// Keys interned by [`interned`], at most [`MOST_INTERNED_KEYS`] of them.
+/// Keys interned by [`interned`], the newest last; at most [`MOST_INTERNED_KEYS`].
 static INTERNED_KEYS: Mutex<Vec<Arc<[u64]>>> = Mutex::new(Vec::new());
 
-/// Layouts interned: a process reads a few schemas; past this many, keys are no longer shared.
+/// Layouts interned: a process reads a few schemas. Past this many, the oldest is forgotten
+/// (its chunks keep their key; later chunks of that layout get another, equal one).
 const MOST_INTERNED_KEYS: usize = 64;
 
-/// `key`, shared with every chunk staged with an equal one (while fewer than
-/// [`MOST_INTERNED_KEYS`] are held): one lock per chunk staged.
+/// `key`, shared with every chunk staged with an equal one: one lock per chunk staged.
 fn interned(key: Vec<u64>) -> Arc<[u64]> {
     let mut keys = INTERNED_KEYS
         .lock()
@@ -188,9 +188,10 @@ fn interned(key: Vec<u64>) -> Arc<[u64]> {
         return Arc::clone(shared);
     }
     let key: Arc<[u64]> = key.into();
-    if keys.len() < MOST_INTERNED_KEYS {
-        keys.push(Arc::clone(&key));
+    if keys.len() == MOST_INTERNED_KEYS {
+        keys.remove(0);
     }
+    keys.push(Arc::clone(&key));
     key
 }
 
