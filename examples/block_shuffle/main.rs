@@ -12,7 +12,8 @@
 //!    back-to-back epochs each (every epoch announces the next with `Epoch::prefetch_next`);
 //!    the figures are the medians of the 2nd and 3rd epochs, and of the 1st for "one epoch with
 //!    its start-up"; the block shuffle / sequential ratios are medians of per-round ratios, so
-//!    load that drifts between rounds (a shared machine) cancels out:
+//!    load that drifts between rounds (a shared machine) cancels out, and which plan goes
+//!    first alternates between rounds, so load that drifts within one favours neither:
 //!    - sequential: `SequentialSampler`;
 //!    - the decoder alone: parquet-rs decoding every file whole on `--workers` threads (rayon),
 //!      nothing batched, timed once per round; the loader's ratios to it are medians of
@@ -90,8 +91,11 @@ struct Args {
     #[arg(long, default_value_t = 128)]
     graph_rounds: u32,
     /// Rounds of back-to-back sequential and block-shuffle epochs, and cache-hit epochs
-    /// (medians are reported), and of the page-cache comparison (the best is reported).
-    #[arg(long, default_value_t = 5)]
+    /// (medians are reported), and of the page-cache comparison (the best is reported). Each
+    /// round's chains last about a quarter of a second, and a shared machine's speed moves by
+    /// more than the figures' differences from one to the next: 9 rounds, not 5, steady the
+    /// medians.
+    #[arg(long, default_value_t = 9)]
     repeats: usize,
     /// Write the dataset here instead of a temporary directory (rewritten on each run; the
     /// cache always goes to a temporary directory).

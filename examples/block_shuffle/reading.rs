@@ -105,8 +105,8 @@ pub struct ReadingSetup<'a, D> {
     pub collate: CollateMode,
 }
 
-/// Runs rounds of back-to-back sequential epochs, then block-shuffle epochs, each epoch
-/// announcing the next so its first reads overlap the end of the previous one; the first epoch
+/// Runs rounds of back-to-back sequential epochs and of block-shuffle epochs (the plan that goes
+/// first alternates between rounds), each epoch announcing the next so its first reads overlap the end of the previous one; the first epoch
 /// of a chain also pays the start-up, later ones show the steady state. Then times naive reads.
 pub fn measure<D: RowDecoder<Item = Row> + 'static>(
     setup: &ReadingSetup<'_, D>,
@@ -153,25 +153,38 @@ where
     let (mut round_ratios, mut first_ratios) = (Vec::new(), Vec::new());
     for round in 0..setup.rounds.max(1) {
         let epochs = round * CHAIN_EPOCHS..(round + 1) * CHAIN_EPOCHS;
-        let plans = epochs
+        let sequential_plans = epochs
             .clone()
             .map(|epoch| sequential.plan(source.as_ref(), &PlanRequest::new(setup.seed, epoch)))
             .collect::<Result<Vec<_>, _>>()?;
-        let raw = decoder_pool.install(|| raw_decode_seconds(setup.paths))?;
-        raw_seconds.push(raw);
-        let sequential_seconds = run_chain(loader, plans, "sequential epochs")?;
-        sequential_first.push(sequential_seconds[0]);
-        sequential_steady.extend_from_slice(&sequential_seconds[1..]);
-        let mut plans = Vec::new();
+        let mut shuffled_plans = Vec::new();
         for epoch in epochs {
             let started = Instant::now();
             let request = PlanRequest::new(setup.seed, epoch);
             let plan = setup.shuffle.plan(source.as_ref(), &request)?;
             plan_seconds.push(started.elapsed().as_secs_f64());
             peak_samples_held = peak_samples_held.max(loader.residency(&plan).max_samples());
-            plans.push(plan);
+            shuffled_plans.push(plan);
         }
-        let seconds = run_chain(loader, plans, "block shuffle epochs")?;
+        let raw = decoder_pool.install(|| raw_decode_seconds(setup.paths))?;
+        raw_seconds.push(raw);
+        // The plan that goes first alternates between rounds, so a machine that speeds up or
+        // slows down during a round favours neither.
+        let (sequential_seconds, seconds) = if round % 2 == 0 {
+            let sequential = run_chain(loader, sequential_plans, "sequential epochs")?;
+            (
+                sequential,
+                run_chain(loader, shuffled_plans, "block shuffle epochs")?,
+            )
+        } else {
+            let shuffled = run_chain(loader, shuffled_plans, "block shuffle epochs")?;
+            (
+                run_chain(loader, sequential_plans, "sequential epochs")?,
+                shuffled,
+            )
+        };
+        sequential_first.push(sequential_seconds[0]);
+        sequential_steady.extend_from_slice(&sequential_seconds[1..]);
         raw_ratios
             .0
             .push(raw / median(sequential_seconds[1..].to_vec()));
