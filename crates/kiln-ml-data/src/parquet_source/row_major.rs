@@ -386,6 +386,36 @@ mod tests {
     }
 
     #[test]
+    fn a_sliced_chunk_is_staged_from_its_offset() {
+        // A slice of a longer chunk: its arrays start at an offset into their buffers.
+        let rows = 150;
+        let long = RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(0..rows as i64 + 3)) as ArrayRef,
+            ),
+            (
+                "half",
+                Arc::new(Float32Array::from_iter_values(
+                    (0..rows + 3).map(|i| i as f32 / 2.0),
+                )) as _,
+            ),
+        ])
+        .unwrap();
+        let staged = RowMajor::stage(&long.slice(3, rows)).unwrap();
+        let every: Vec<&[u8]> = (0..rows).map(|row| staged.row(row)).collect();
+        let gathered = gather_staged(&staged, &every);
+        let ids = gathered[0].1.as_primitive::<Int64Type>();
+        assert_eq!(
+            ids.values().to_vec(),
+            (3..rows as i64 + 3).collect::<Vec<_>>()
+        );
+        let halves = gathered[1].1.as_primitive::<Float32Type>();
+        let expected: Vec<f32> = (3..rows + 3).map(|i| i as f32 / 2.0).collect();
+        assert_eq!(halves.values().to_vec(), expected);
+    }
+
+    #[test]
     fn chunks_share_a_key_only_when_they_stage_alike() {
         let staged = RowMajor::stage(&chunk(0)).unwrap();
         let alike = RowMajor::stage(&chunk(7)).unwrap();
