@@ -77,6 +77,7 @@ impl RemoteStore {
 
 /// `object_store`'s own retries are off: kiln's [`RetryPolicy`] retries each request, so a
 /// failing store is given up on after the attempts the user chose, not after both policies'.
+#[allow(dead_code, reason = "unused when no store feature is on")]
 fn no_client_retries() -> object_store::RetryConfig {
     object_store::RetryConfig {
         max_retries: 0,
@@ -93,6 +94,7 @@ fn build_store(
     url: &Url,
     options: &[(String, String)],
 ) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    #[allow(unused_variables, reason = "unused when no store feature is on")]
     let settings = DEFAULT_CLIENT_OPTIONS
         .iter()
         .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
