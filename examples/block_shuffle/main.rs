@@ -93,7 +93,7 @@ struct Args {
     /// Rounds of back-to-back sequential and block-shuffle epochs, and cache-hit epochs
     /// (medians are reported), and of the page-cache comparison (the best is reported). Each
     /// round's chains last about a quarter of a second, and a shared machine's speed moves by
-    /// more than the figures' differences from one to the next: 9 rounds, not 5, steady the
+    /// more than the figures' differences from one round to the next: many rounds steady the
     /// medians.
     #[arg(long, default_value_t = 9)]
     repeats: usize,
