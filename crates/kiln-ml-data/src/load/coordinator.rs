@@ -12,6 +12,7 @@ use kiln_ml_core::{
 };
 
 use super::collate::Collate;
+use super::held_samples::HeldSamples;
 use super::parts::{Delivery, Start};
 use super::pool::Jobs;
 use super::reply::{Reply, Task};
@@ -33,7 +34,7 @@ const BACKGROUND_QUEUE_PER_WORKER: usize = 2;
 
 /// A block's samples as the coordinator stores them (taken out one by one), or why it failed,
 /// tagged with its entry in the schedule's `uses`.
-type BlockResult<I> = (usize, Result<Vec<Option<I>>>);
+type BlockResult<I> = (usize, Result<HeldSamples<I>>);
 
 /// Everything the coordinator thread owns for one epoch.
 pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
@@ -62,11 +63,6 @@ pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
 /// Where a batch's samples sit: block and row, in plan order.
 type Places = Vec<(BlockIndex, usize)>;
 
-/// A block's samples while it is in use; taken samples leave `None` behind.
-struct Resident<I> {
-    samples: Vec<Option<I>>,
-}
-
 /// Mutable progress through the epoch.
 struct Progress<I> {
     /// Next entry of `schedule.uses` to dispatch.
@@ -76,7 +72,7 @@ struct Progress<I> {
     /// Length of the prefix of `uses` that has arrived.
     ready_prefix: usize,
     /// Indexed by block: a plain vector, because it is looked up once per delivered sample.
-    resident: Vec<Option<Resident<I>>>,
+    resident: Vec<Option<HeldSamples<I>>>,
     /// Next entry of `by_last_use` to free.
     next_free: usize,
     /// Batches handed to the consumer (as of its last credit message).
@@ -279,8 +275,7 @@ where
                             )),
                         }))
                     }
-                    // Wrapped here, on a worker, not on the single coordinator thread.
-                    Ok(Ok(samples)) => Ok(samples.into_iter().map(Some).collect()),
+                    Ok(Ok(samples)) => Ok(HeldSamples::new(samples)),
                 }
             });
         });
@@ -291,12 +286,12 @@ where
         &self,
         progress: &mut Progress<S::Item>,
         index: usize,
-        result: Result<Vec<Option<S::Item>>>,
+        result: Result<HeldSamples<S::Item>>,
     ) {
         let block = self.schedule.uses[index].block;
         match result {
             Ok(samples) => {
-                progress.resident[block as usize] = Some(Resident { samples });
+                progress.resident[block as usize] = Some(samples);
                 progress.arrived[index] = true;
                 while progress.arrived.get(progress.ready_prefix) == Some(&true) {
                     progress.ready_prefix += 1;
@@ -433,15 +428,18 @@ where
         };
         let mut samples = Vec::with_capacity(order.len());
         for (offset, (block, row)) in places.into_iter().enumerate() {
-            let slot = progress.resident[block as usize]
+            let held = progress.resident[block as usize]
                 .as_mut()
-                .and_then(|resident| resident.samples.get_mut(row))
                 .ok_or_else(|| missing(offset, block))?;
             let moved = self
                 .last_occurrence
                 .as_ref()
                 .is_none_or(|last| last[(first as usize) + offset]);
-            let item = if moved { slot.take() } else { slot.clone() };
+            let item = if moved {
+                held.take(row)
+            } else {
+                held.get(row).cloned()
+            };
             samples.push(item.ok_or_else(|| missing(offset, block))?);
         }
         Ok(samples)
@@ -495,7 +493,7 @@ fn prefetch_slots<I>(progress: &Progress<I>, places: &Places) {
     for &(block, row) in places {
         if let Some(slot) = progress.resident[block as usize]
             .as_ref()
-            .and_then(|resident| resident.samples.get(row))
+            .and_then(|held| held.slot(row))
         {
             prefetch(slot);
         }

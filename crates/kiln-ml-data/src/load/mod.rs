@@ -5,6 +5,7 @@ mod collate;
 mod config;
 mod coordinator;
 mod epoch;
+mod held_samples;
 mod launch;
 mod loader;
 mod parts;
