@@ -75,6 +75,8 @@ impl<I> HeldSamples<I> {
 }
 
 impl<I> Drop for HeldSamples<I> {
+    /// Drops the samples still held. If one of their `Drop`s panics, the rest are leaked (never
+    /// dropped twice) and the buffer is still freed.
     fn drop(&mut self) {
         for (word_index, &word) in self.held.iter().enumerate() {
             let mut word = word;
@@ -91,6 +93,8 @@ impl<I> Drop for HeldSamples<I> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
     use std::sync::Arc;
 
     use super::*;
@@ -111,6 +115,78 @@ mod tests {
         drop(held);
         // Every sample, taken (and dropped by the test) or not, is dropped exactly once.
         assert!(tracked.iter().all(|sample| Arc::strong_count(sample) == 1));
+    }
+
+    /// Records its id when dropped.
+    struct Tracked {
+        id: usize,
+        dropped: Rc<RefCell<Vec<usize>>>,
+    }
+
+    impl Clone for Tracked {
+        fn clone(&self) -> Self {
+            // A clone gets an id past every original's, so its drop is told apart.
+            Self {
+                id: self.id + 1_000,
+                dropped: Rc::clone(&self.dropped),
+            }
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.dropped.borrow_mut().push(self.id);
+        }
+    }
+
+    #[test]
+    fn every_sample_is_dropped_exactly_once_whatever_the_block_size() {
+        for rows in [0, 1, 63, 64, 65, 128, 130] {
+            let dropped = Rc::new(RefCell::new(Vec::new()));
+            let samples = (0..rows)
+                .map(|id| Tracked {
+                    id,
+                    dropped: Rc::clone(&dropped),
+                })
+                .collect();
+            let mut held = HeldSamples::new(samples);
+            // Take every third sample, clone (without taking) every fifth.
+            let taken: Vec<Tracked> = (0..rows)
+                .step_by(3)
+                .filter_map(|row| held.take(row))
+                .collect();
+            assert_eq!(taken.len(), rows.div_ceil(3), "{rows} rows");
+            let clones: Vec<Tracked> = (0..rows)
+                .step_by(5)
+                .filter_map(|row| held.get(row).cloned())
+                .collect();
+            assert!((0..rows).all(|row| held.holds(row) == (row % 3 != 0)));
+            assert!(!held.holds(rows) && held.take(rows).is_none());
+            assert!(dropped.borrow().is_empty());
+            drop(held);
+            drop(taken);
+            drop(clones);
+            let mut ids = dropped.borrow().clone();
+            ids.sort_unstable();
+            let mut expected: Vec<usize> = (0..rows)
+                .chain(
+                    (0..rows)
+                        .step_by(5)
+                        .filter(|row| row % 3 != 0)
+                        .map(|row| row + 1_000),
+                )
+                .collect();
+            expected.sort_unstable();
+            assert_eq!(ids, expected, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn zero_sized_samples() {
+        let mut held = HeldSamples::new(vec![(); 70]);
+        assert_eq!(held.take(69), Some(()));
+        assert_eq!(held.take(69), None);
+        assert!(held.holds(68) && !held.holds(70));
     }
 
     #[test]
