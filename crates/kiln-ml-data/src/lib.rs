@@ -73,6 +73,7 @@
 mod cache_hint;
 mod columnar;
 mod error;
+mod interner;
 mod load;
 mod parquet_source;
 mod scatter_hint;

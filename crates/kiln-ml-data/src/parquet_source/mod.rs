@@ -20,7 +20,6 @@ mod row_major;
 mod sample_sizes;
 mod schema_depth;
 mod scheme;
-mod shared_schema;
 mod sizes_file;
 mod source;
 mod source_schema;

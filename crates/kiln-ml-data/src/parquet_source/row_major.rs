@@ -8,7 +8,7 @@
 //! it is decoded for a plan that scatters its rows (see `scatter_hint`), or else the first time
 //! a gather needs it: sequential plans, which slice chunks, never pay for it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow_array::types::{
     ArrowPrimitiveType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
@@ -19,6 +19,7 @@ use arrow_buffer::{Buffer, MutableBuffer, ScalarBuffer};
 use arrow_schema::DataType;
 
 use crate::cache_hint::prefetch;
+use crate::interner::Interner;
 
 /// The types a row stages: fixed-width numbers. A type's code in the layout key is its place
 /// here, plus one.
@@ -61,7 +62,7 @@ pub(crate) struct RowMajor {
     runs: Vec<WidthRun>,
     /// Which columns are staged and as what: bit `i` of the first words set when column `i` is
     /// staged, then 4 bits per staged column naming its type. Equal keys, equal layouts.
-    /// Interned (see [`interned`]): chunks of one source share one key.
+    /// Shared ([`LAYOUT_KEYS`]): chunks of one source hold one key.
     key: Arc<[u64]>,
     stride: usize,
     data: Vec<u8>,
@@ -115,7 +116,7 @@ impl RowMajor {
         if columns.is_empty() {
             return None;
         }
-        let key = interned(layout_key(batch.num_columns(), &columns));
+        let key = LAYOUT_KEYS.intern(layout_key(batch.num_columns(), &columns).into());
         let rows = batch.num_rows();
         let mut data = vec![0u8; rows * stride];
         for column in &columns {
@@ -172,28 +173,8 @@ pub(crate) fn gather_staged(layout: &RowMajor, rows: &[&[u8]]) -> Vec<(usize, Ar
         .collect()
 }
 
-/// Keys interned by [`interned`], the newest last; at most [`MOST_INTERNED_KEYS`].
-static INTERNED_KEYS: Mutex<Vec<Arc<[u64]>>> = Mutex::new(Vec::new());
-
-/// Layouts interned: a process reads a few schemas. Past this many, the oldest is forgotten
-/// (its chunks keep their key; later chunks of that layout get another, equal one).
-const MOST_INTERNED_KEYS: usize = 64;
-
-/// `key`, shared with every chunk staged with an equal one: one lock per chunk staged.
-fn interned(key: Vec<u64>) -> Arc<[u64]> {
-    let mut keys = INTERNED_KEYS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(shared) = keys.iter().find(|shared| ***shared == *key) {
-        return Arc::clone(shared);
-    }
-    let key: Arc<[u64]> = key.into();
-    if keys.len() == MOST_INTERNED_KEYS {
-        keys.remove(0);
-    }
-    keys.push(Arc::clone(&key));
-    key
-}
+/// The layout keys of every chunk staged, shared (see [`RowMajor::stages_like`]).
+static LAYOUT_KEYS: Interner<[u64]> = Interner::new(64);
 
 /// The staged columns' key (see [`RowMajor`]): which columns, then their types' codes, packed.
 fn layout_key(num_columns: usize, columns: &[StagedColumn]) -> Vec<u64> {
