@@ -15,9 +15,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
 use super::footer::Footer;
-use super::integrity::{check_footer, chunk_range};
+use super::integrity::check_footer;
 use super::projection::Projection;
-use super::range_reader::{COALESCE_GAP_BYTES, RangeReader, coalesce};
+use super::range_reader::RangeReader;
 #[cfg(feature = "remote")]
 use super::remote::{RemoteObject, Tail};
 use crate::{Error, Result};
@@ -38,9 +38,8 @@ pub(crate) struct ParquetFile {
     modified: SystemTime,
     footer: Footer,
     projection: Projection,
-    /// Per row group, the byte ranges of its projected column chunks, coalesced (see
-    /// [`row_group_ranges`](Self::row_group_ranges)). Worked out once: reading them off the
-    /// footer for each read walked its metadata, out of cache under a shuffled plan.
+    /// Per row group, the byte ranges of its projected column chunks, coalesced, as
+    /// [`check_footer`] found them when the file was opened.
     ranges: Vec<Vec<Range<u64>>>,
     /// Where an object-store file lives; `None` for a local file.
     #[cfg(feature = "remote")]
@@ -81,13 +80,12 @@ impl ParquetFile {
         let (bytes, modified) = identity_of(&file, path)?;
         let footer = Footer::read(&mut file, path, bytes)?;
         let projection = Projection::new(path, &footer.metadata, columns)?;
-        check_footer(
+        let ranges = check_footer(
             path,
             footer.metadata.metadata(),
             &projection.leaves,
             footer.bytes.start,
         )?;
-        let ranges = coalesced_ranges(path, &footer, &projection)?;
         Ok(Self {
             path: path.to_owned(),
             bytes,
@@ -116,13 +114,12 @@ impl ParquetFile {
                 object.size,
             )?;
             let projection = Projection::new(&path, &footer.metadata, columns)?;
-            check_footer(
+            let ranges = check_footer(
                 &path,
                 footer.metadata.metadata(),
                 &projection.leaves,
                 footer.bytes.start,
             )?;
-            let ranges = coalesced_ranges(&path, &footer, &projection)?;
             Ok(Self {
                 path: path.clone(),
                 bytes: object.size,
@@ -318,9 +315,8 @@ impl ParquetFile {
         None
     }
 
-    /// The byte ranges of a row group's projected column chunks, coalesced: chunks within
-    /// [`COALESCE_GAP_BYTES`] of each other are one range. Their places were checked against
-    /// the file when it was opened.
+    /// The byte ranges of a row group's projected column chunks, coalesced (see
+    /// [`check_footer`], which checked them against the file when it was opened).
     fn row_group_ranges(&self, row_group: usize) -> Result<&[Range<u64>]> {
         self.ranges
             .get(row_group)
@@ -399,34 +395,6 @@ fn next_chunk(
 fn while_ok(chunks: &mut ParquetRecordBatchReader) -> std::result::Result<(), String> {
     while next_chunk(chunks)?.is_some() {}
     Ok(())
-}
-
-/// Per row group of the file, the byte ranges of its projected column chunks, coalesced:
-/// chunks within [`COALESCE_GAP_BYTES`] of each other are one range.
-fn coalesced_ranges(
-    path: &Path,
-    footer: &Footer,
-    projection: &Projection,
-) -> Result<Vec<Vec<Range<u64>>>> {
-    let groups = footer.metadata.metadata().row_groups().iter().enumerate();
-    groups
-        .map(|(row_group, group)| {
-            let chunks = projection
-                .leaves
-                .iter()
-                .map(|&leaf| {
-                    let chunk = group.column(leaf);
-                    chunk_range(chunk, footer.bytes.start).map_err(|reason| Error::CorruptParquet {
-                        path: path.to_owned(),
-                        row_group: Some(row_group),
-                        column: Some(chunk.column_path().string()),
-                        reason,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(coalesce(chunks, COALESCE_GAP_BYTES))
-        })
-        .collect()
 }
 
 /// Runs a call into the Parquet reader, turning its panic (malformed pages can make it

@@ -7,6 +7,7 @@ use std::path::Path;
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 
 use super::codec::{codec_name, unreadable_codec};
+use super::range_reader::{COALESCE_GAP_BYTES, coalesce};
 use crate::{Error, Result};
 
 /// Where the column chunks of a Parquet file may lie: after the leading magic.
@@ -22,13 +23,19 @@ const FIRST_DATA_BYTE: u64 = 4;
 /// - each projected column chunk (`leaves`) lies between the leading magic and the footer,
 ///   which starts at `data_end`, and its codec is compiled in.
 ///
+/// Returns, per row group, the byte ranges of its projected column chunks, coalesced (chunks
+/// within [`COALESCE_GAP_BYTES`] of each other are one range): what each read of the row group
+/// fetches, worked out here once rather than off the footer's metadata at every read (out of
+/// cache under a shuffled plan).
+///
 /// The error names the file, the row group and, for a column chunk, the column.
 pub(crate) fn check_footer(
     path: &Path,
     metadata: &ParquetMetaData,
     leaves: &[usize],
     data_end: u64,
-) -> Result<()> {
+) -> Result<Vec<Vec<Range<u64>>>> {
+    let mut ranges = Vec::with_capacity(metadata.num_row_groups());
     for (row_group, group) in metadata.row_groups().iter().enumerate() {
         let corrupt =
             |column: Option<&ColumnChunkMetaData>, reason: String| Error::CorruptParquet {
@@ -62,6 +69,7 @@ pub(crate) fn check_footer(
                 ));
             }
         }
+        let mut chunks = Vec::with_capacity(leaves.len());
         for &leaf in leaves {
             let Some(chunk) = group.columns().get(leaf) else {
                 return Err(corrupt(
@@ -82,7 +90,8 @@ pub(crate) fn check_footer(
                     remedy,
                 });
             }
-            chunk_range(chunk, data_end).map_err(|reason| corrupt(Some(chunk), reason))?;
+            chunks
+                .push(chunk_range(chunk, data_end).map_err(|reason| corrupt(Some(chunk), reason))?);
             if chunk.uncompressed_size() < 0 {
                 return Err(corrupt(
                     Some(chunk),
@@ -93,13 +102,14 @@ pub(crate) fn check_footer(
                 ));
             }
         }
+        ranges.push(coalesce(chunks, COALESCE_GAP_BYTES));
     }
-    Ok(())
+    Ok(ranges)
 }
 
 /// The bytes of a column chunk, checked to lie between the leading magic and `data_end` (the
 /// footer's start); the reason it does not, otherwise.
-pub(crate) fn chunk_range(
+fn chunk_range(
     chunk: &ColumnChunkMetaData,
     data_end: u64,
 ) -> std::result::Result<Range<u64>, String> {
