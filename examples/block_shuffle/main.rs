@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use kiln_ml::core::BlockLayout;
 use kiln_ml::data::{LoaderConfig, ParquetSource};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
@@ -53,7 +53,8 @@ use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
 use caching::{Caching, CachingSetup};
 use graph::BuildGraph;
 use kiln_ml_examples::shuffle_dataset::{DatasetSpec, row_decoder, write_dataset};
-use reading::{CollateMode, Reading, ReadingSetup};
+use kiln_ml_examples::timing::median;
+use reading::{CollateMode, Job, OnlyPlan, Outcome, Reading, ReadingSetup};
 
 /// Block shuffle vs sequential vs naive random reads over many Parquet files, and a
 /// preprocessing cache vs recomputation.
@@ -109,6 +110,11 @@ struct Args {
     /// one decoded value per sample.
     #[arg(long, value_enum, default_value_t = CollateMode::Columnar)]
     collate: CollateMode,
+    /// Time only this plan: `--repeats` rounds of its back-to-back epochs, each epoch's rows/s
+    /// printed (and in `--json`), nothing else measured. A steady workload to profile, as
+    /// docs/performance.md does: `perf record -F 2999 -- <this binary> --only block-shuffle ...`.
+    #[arg(long, value_enum)]
+    only: Option<OnlyPlan>,
     #[command(flatten)]
     output: kiln_ml_examples::cli::JsonOutput,
 }
@@ -167,18 +173,26 @@ fn main() -> Result<()> {
         .with_batch_size(args.batch_size)
         .with_remainder(RemainderPolicy::Uneven)
         .init()?;
-    let reading = reading::measure(&ReadingSetup {
-        source: &source,
-        config,
-        sharding,
-        shuffle: &shuffle,
-        batch_size: args.batch_size as usize,
-        rounds: args.repeats as u64,
-        seed: args.seed,
-        random_reads: args.random_reads,
-        paths: &paths,
-        collate: args.collate,
-    })?;
+    let job = args.only.map_or(Job::Compare, Job::Only);
+    let outcome = reading::measure(
+        &ReadingSetup {
+            source: &source,
+            config,
+            sharding,
+            shuffle: &shuffle,
+            batch_size: args.batch_size as usize,
+            rounds: args.repeats as u64,
+            seed: args.seed,
+            random_reads: args.random_reads,
+            paths: &paths,
+            collate: args.collate,
+        },
+        job,
+    )?;
+    let reading = match outcome {
+        Outcome::Compared(reading) => reading,
+        Outcome::Epochs(epochs) => return report_epochs(&args, &epochs),
+    };
     let cache_dir = tempfile::tempdir()?;
     let caching = caching::measure(
         &CachingSetup {
@@ -207,6 +221,34 @@ fn main() -> Result<()> {
             &caching,
         );
         args.output.write(&figures)?;
+    }
+    Ok(())
+}
+
+/// Prints (and writes, with `--json`) the epochs of `--only`: each round's, and the median of
+/// the epochs after each chain's first (the steady state).
+fn report_epochs(args: &Args, epochs: &[Vec<f64>]) -> Result<()> {
+    for (round, rates) in epochs.iter().enumerate() {
+        let rates: Vec<String> = rates.iter().map(|rate| format!("{rate:>12.0}")).collect();
+        println!("round {round}: {} rows/s", rates.join(" "));
+    }
+    let steady = median(
+        epochs
+            .iter()
+            .flat_map(|rates| rates[1..].to_vec())
+            .collect(),
+    );
+    println!("steady (epochs after each chain's first, median): {steady:.0} rows/s");
+    if args.output.json.is_some() {
+        args.output.write(&serde_json::json!({
+            "only": args.only.and_then(|plan| plan.to_possible_value()).map(|value| value.get_name().to_owned()),
+            "collate": args.collate.name(),
+            "rows": args.rows,
+            "files": args.files,
+            "repeats": args.repeats,
+            "epoch_rows_per_s": epochs,
+            "steady_rows_per_s": steady,
+        }))?;
     }
     Ok(())
 }

@@ -40,6 +40,33 @@ impl CollateMode {
     }
 }
 
+/// One plan's chains alone (`--only`): a steady workload to profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnlyPlan {
+    /// `SequentialSampler`.
+    Sequential,
+    /// The block shuffle under test.
+    BlockShuffle,
+}
+
+/// What [`measure`] runs on the loader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// Sequential against block-shuffle chains, the decoder alone and naive random reads.
+    Compare,
+    /// Rounds of one plan's chains, nothing else.
+    Only(OnlyPlan),
+}
+
+/// What [`measure`] found.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The figures of [`Job::Compare`].
+    Compared(Reading),
+    /// For [`Job::Only`]: each round's epochs, in rows per second.
+    Epochs(Vec<Vec<f64>>),
+}
+
 /// The reading figures, in rows per second unless named otherwise.
 #[derive(Debug, Clone, Copy)]
 pub struct Reading {
@@ -108,9 +135,11 @@ pub struct ReadingSetup<'a, D> {
 /// Runs rounds of back-to-back sequential epochs and of block-shuffle epochs (the plan that goes
 /// first alternates between rounds), each epoch announcing the next so its first reads overlap the end of the previous one; the first epoch
 /// of a chain also pays the start-up, later ones show the steady state. Then times naive reads.
+/// Or, for [`Job::Only`], only the rounds of that plan's chains.
 pub fn measure<D: RowDecoder<Item = Row> + 'static>(
     setup: &ReadingSetup<'_, D>,
-) -> Result<Reading> {
+    job: Job,
+) -> Result<Outcome> {
     match setup.collate {
         CollateMode::PerSample => {
             let stack = collate_fn(|rows: Vec<Row>| {
@@ -119,7 +148,7 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
                     .collect::<Vec<f32>>()
             });
             let loader = Loader::with_shared_source(Arc::clone(setup.source), stack, setup.config)?;
-            measure_with(setup, &loader)
+            run_job(setup, &loader, job)
         }
         CollateMode::Columnar => {
             // The same files, rows as handles on their decoded chunks.
@@ -128,9 +157,53 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
                 float_matrix(&columns, &FEATURES).expect("the dataset's 16 feature columns")
             });
             let loader = Loader::new(source, matrix, setup.config)?;
-            measure_with(setup, &loader)
+            run_job(setup, &loader, job)
         }
     }
+}
+
+fn run_job<D, S, C>(setup: &ReadingSetup<'_, D>, loader: &Loader<S, C>, job: Job) -> Result<Outcome>
+where
+    D: RowDecoder<Item = Row> + 'static,
+    S: BlockSource + BlockLayout + 'static,
+    S::Item: Clone + 'static,
+    C: Collate<S::Item, Output = Vec<f32>> + 'static,
+{
+    match job {
+        Job::Compare => measure_with(setup, loader).map(Outcome::Compared),
+        Job::Only(plan) => one_plan(setup, loader, plan).map(Outcome::Epochs),
+    }
+}
+
+/// `setup.rounds` chains of `plan`'s epochs, back to back; each epoch's rows per second. The
+/// plans are built before each chain, outside its time.
+fn one_plan<D, S, C>(
+    setup: &ReadingSetup<'_, D>,
+    loader: &Loader<S, C>,
+    plan: OnlyPlan,
+) -> Result<Vec<Vec<f64>>>
+where
+    D: RowDecoder<Item = Row> + 'static,
+    S: BlockSource + BlockLayout + 'static,
+    S::Item: Clone + 'static,
+    C: Collate<S::Item, Output = Vec<f32>> + 'static,
+{
+    let source = setup.source.as_ref();
+    let rows = source.num_samples() as f64;
+    let sequential = SequentialSampler::new(setup.sharding);
+    let sampler: &dyn Sampler = match plan {
+        OnlyPlan::Sequential => &sequential,
+        OnlyPlan::BlockShuffle => setup.shuffle,
+    };
+    (0..setup.rounds.max(1))
+        .map(|round| {
+            let plans = (round * CHAIN_EPOCHS..(round + 1) * CHAIN_EPOCHS)
+                .map(|epoch| sampler.plan(source, &PlanRequest::new(setup.seed, epoch)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let seconds = run_chain(loader, plans, "epochs")?;
+            Ok(seconds.iter().map(|seconds| rows / seconds).collect())
+        })
+        .collect()
 }
 
 fn measure_with<D, S, C>(setup: &ReadingSetup<'_, D>, loader: &Loader<S, C>) -> Result<Reading>
