@@ -10,7 +10,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor};
 
-use crate::{Error, Result};
+use crate::{Error, Result, fixed_order_sum};
 
 /// PyTorch's `eps` in `clip_grad_norm_`: `coef = max_norm / (total_norm + 1e-6)`.
 pub(crate) const CLIP_NORM_EPS: f64 = 1e-6;
@@ -161,7 +161,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
         let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
             return;
         };
-        let squares = grad.cast(FloatDType::F32).square().sum();
+        let squares = fixed_order_sum(grad.cast(FloatDType::F32).square());
         self.total = Some(match self.total.take() {
             Some(total) => total + squares,
             None => squares,

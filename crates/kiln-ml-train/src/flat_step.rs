@@ -16,6 +16,7 @@ use burn::tensor::{FloatDType, Tensor};
 
 use crate::buckets::{ReplaceParams, concat, split};
 use crate::clipping::clip_factor_on_device;
+use crate::fixed_order_sum;
 use crate::flat_layout::Layout;
 use crate::step_hints::{self, StepHints};
 
@@ -271,7 +272,7 @@ fn squared_norm<B: Backend>(buckets: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
     buckets
         .iter()
         // In f32 whatever the backend's float type, as the per-tensor norm (`clipping`).
-        .map(|bucket| bucket.clone().cast(FloatDType::F32).square().sum())
+        .map(|bucket| fixed_order_sum(bucket.clone().cast(FloatDType::F32).square()))
         .reduce(|total, squares| total + squares)
 }
 

@@ -5,8 +5,8 @@ use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use kiln_ml_train::{
-    GradientClipping, LossScalerConfig, Precision, Trainer, TrainerConfig, clip_grad_norm,
-    global_grad_norm,
+    FusedSgdConfig, GradientClipping, LossScalerConfig, Precision, Trainer, TrainerConfig,
+    clip_grad_norm, global_grad_norm,
 };
 
 use crate::common;
@@ -139,7 +139,77 @@ fn trainer_clips_after_unscaling<B: AutodiffBackend>(device: B::Device) {
     assert!(value_update <= 0.1 * 1e-3 * elements.sqrt() + 1e-7);
 }
 
+/// Two runs of one seed clip every step by the same coefficient, to the bit, with Burn's SGD
+/// (the trainer clips) and kiln's fused SGD (it clips over its buckets): the global norm is
+/// summed in a fixed order. Burn's `Tensor::sum` adds partial sums with atomics on CUDA and
+/// wgpu, so a norm summed with it may differ in its last bit from run to run, and so would every
+/// weight after the first clipped step. Layers of 512 units give gradients large enough for
+/// such a sum to vary on lavapipe.
+fn clipped_runs_repeat_bit_for_bit<B: AutodiffBackend>(device: B::Device) {
+    let batches = common::batches::<B>(12, 64, 3, &device);
+    let burn = || clipped_run(&device, &batches, SgdConfig::new().init());
+    let fused = || clipped_run(&device, &batches, FusedSgdConfig::new().init::<B>());
+    for (optimizer, first, second) in [("SGD", burn(), burn()), ("FusedSgd", fused(), fused())] {
+        let ((first, first_norms), (second, second_norms)) = (first, second);
+        assert!(
+            first_norms
+                .iter()
+                .all(|norm| *norm > 10.0 * CLIPPED_RUN_MAX_NORM),
+            "{optimizer}: every step must clip: {first_norms:?}"
+        );
+        assert_eq!(
+            first_norms, second_norms,
+            "{optimizer}: the same pre-clip norms"
+        );
+        let differing = first
+            .iter()
+            .zip(&second)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differing,
+            0,
+            "{optimizer}: {differing} of {} weights differ between two runs of one seed",
+            first.len()
+        );
+    }
+}
+
+const CLIPPED_RUN_MAX_NORM: f64 = 1e-3;
+
+/// One epoch over `batches` from seeded weights, clipped to [`CLIPPED_RUN_MAX_NORM`]: the
+/// weights after it and each step's pre-clip norm.
+fn clipped_run<B, O>(
+    device: &B::Device,
+    batches: &[common::Batch<B>],
+    optimizer: O,
+) -> (Vec<f32>, Vec<f64>)
+where
+    B: AutodiffBackend,
+    O: burn::optim::Optimizer<kiln_ml_testkit::Mlp<B>, B>,
+{
+    let observer = common::recorder();
+    let config = TrainerConfig::new()
+        .with_track_grad_norm(true)
+        .with_clipping(Some(GradientClipping::Norm {
+            max_norm: CLIPPED_RUN_MAX_NORM,
+        }));
+    let model = kiln_ml_testkit::MlpConfig::new(common::INPUTS, &[512, 512], 1)
+        .with_seed(5)
+        .init(device);
+    let trainer = Trainer::new(model, optimizer, 0.5, config, device.clone())
+        .unwrap()
+        .with_observer(observer.clone());
+    let params = common::fitted_params(trainer, batches.to_vec(), batches.len() as u64);
+    let norms = common::step_reports(&observer)
+        .iter()
+        .map(|report| report.grad_norm.unwrap())
+        .collect();
+    (params, norms)
+}
+
 crate::backend_tests!(
     global_norm_matches_pytorch_formula,
-    trainer_clips_after_unscaling
+    trainer_clips_after_unscaling,
+    clipped_runs_repeat_bit_for_bit
 );

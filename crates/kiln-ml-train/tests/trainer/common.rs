@@ -141,8 +141,10 @@ pub fn low_precision_tolerance<B: Backend>(device: &B::Device, moved: f32) -> f3
 
 /// How far the replicas of a data-parallel run may drift apart on `device`: not at all on flex
 /// and wgpu; on CUDA (an H200, 2026-11-26) two replicas on one device once differed in one
-/// parameter by one unit in the last place after identical all-reduced updates, cause not
-/// established (a kernel chosen while autotuning ran is the suspect), so 1e-6 there.
+/// parameter by one unit in the last place after identical all-reduced updates, so 1e-6 there.
+/// The likely cause has since been found and removed: each replica clipped by a norm summed with
+/// Burn's `Tensor::sum`, whose atomics let the last bit differ (see `fixed_order_sum`); the
+/// bound goes to 0 once a GPU run confirms it.
 pub fn replica_spread<B: Backend>(device: &B::Device) -> f32 {
     if B::name(device).contains("cuda") {
         1e-6
