@@ -11,16 +11,24 @@
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
-/// Elements each first-stage row adds: enough rows for a large tensor to spread over the device,
-/// few enough that the second stage is small.
-const ROW: usize = 4096;
+/// Tensors of up to this many elements are summed in one `sum_dim` pass (one kernel, as
+/// Burn's `sum`): a single cube reduces them in microseconds.
+const ONE_PASS: usize = 1 << 14;
+
+/// The widest row of a first pass over a larger tensor.
+const MAX_ROW: usize = 4096;
+
+/// Narrower rows than this would make the first pass mostly launch overhead.
+const MIN_ROW: usize = 32;
 
 /// The sum of every element of `tensor` as a one-element tensor, reduced in an order that
 /// depends only on the number of elements, so that the same values give the same bits on every
 /// call (unlike Burn's `Tensor::sum` on CUDA and wgpu, see the module docs).
 ///
-/// Rows of 4,096 elements are summed side by side, then their sums, then the tail that fills
-/// no row is added.
+/// Up to 16,384 elements this is one `sum_dim` pass. A larger tensor is viewed as rows of
+/// the largest power of two up to 4,096 that divides its size, summed side by side, and then
+/// their sums are summed the same way; a size with fewer than five factors of two is summed in
+/// one pass.
 ///
 /// ```
 /// use burn::backend::Flex;
@@ -34,28 +42,28 @@ const ROW: usize = 4096;
 /// ```
 pub fn fixed_order_sum<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, 1> {
     let elements = tensor.shape().num_elements();
-    sum_flat(tensor.reshape([elements]))
+    sum_flat(tensor.reshape([elements]), ONE_PASS)
 }
 
-fn sum_flat<B: Backend>(flat: Tensor<B, 1>) -> Tensor<B, 1> {
+/// Sums `flat` in one pass up to `one_pass` elements, else in rows (a parameter so that tests
+/// reach the nested case with small tensors).
+fn sum_flat<B: Backend>(flat: Tensor<B, 1>, one_pass: usize) -> Tensor<B, 1> {
     let elements = flat.dims()[0];
-    let rows = elements / ROW;
-    if rows < 2 {
+    let row = row_width(elements);
+    if elements <= one_pass || row < MIN_ROW {
         return flat.sum_dim(0);
     }
-    let whole = rows * ROW;
-    let row_sums = flat
-        .clone()
-        .slice(0..whole)
-        .reshape([rows, ROW])
-        .sum_dim(1)
-        .reshape([rows]);
-    let total = sum_flat(row_sums);
-    if whole == elements {
-        total
-    } else {
-        total + flat.slice(whole..elements).sum_dim(0)
-    }
+    let rows = elements / row;
+    sum_flat(
+        flat.reshape([rows, row]).sum_dim(1).reshape([rows]),
+        one_pass,
+    )
+}
+
+/// The largest power of two up to [`MAX_ROW`] that divides `elements` (a reshape, never a copy).
+fn row_width(elements: usize) -> usize {
+    let twos = 1usize << elements.trailing_zeros().min(usize::BITS - 1);
+    twos.min(MAX_ROW)
 }
 
 #[cfg(test)]
@@ -72,18 +80,17 @@ mod tests {
     }
 
     #[test]
-    fn adds_every_element_once_around_the_row_boundaries() {
-        // Integers small enough that every f32 partial sum is exact.
+    fn adds_every_element_once_in_one_pass_and_in_two() {
+        // Integers small enough that every f32 partial sum is exact: one pass, rows of 4,096,
+        // of 64, and a size with too few factors of two for rows.
         for len in [
             1,
             7,
-            ROW - 1,
-            ROW,
-            ROW + 1,
-            2 * ROW - 1,
-            2 * ROW,
-            2 * ROW + 3,
-            9 * ROW + 17,
+            ONE_PASS,
+            ONE_PASS + 64,
+            3 * MAX_ROW * 7,
+            32 * 3001,
+            ONE_PASS + 2,
         ] {
             let values: Vec<f32> = (0..len).map(|i| (i % 13) as f32).collect();
             let exact: f64 = values.iter().map(|&v| f64::from(v)).sum();
@@ -92,24 +99,26 @@ mod tests {
     }
 
     #[test]
-    fn nests_when_the_row_sums_fill_rows_themselves() {
-        // ROW^2 + ROW + 5 elements: 4,097 rows whose sums form one row and a tail of their own.
-        // Ones at each boundary and zeros elsewhere keep the sum exact.
-        let len = ROW * ROW + ROW + 5;
-        let marked = [
-            0,
-            ROW - 1,
-            ROW,
-            ROW * ROW - 1,
-            ROW * ROW,
-            ROW * ROW + ROW,
-            len - 1,
-        ];
-        let mut values = vec![0.0f32; len];
-        for index in marked {
-            values[index] = 1.0;
-        }
-        assert_eq!(sum_of(values), marked.len() as f32);
+    fn rows_are_the_largest_power_of_two_that_divides() {
+        assert_eq!(row_width(3 * MAX_ROW * 7), MAX_ROW);
+        assert_eq!(row_width(ONE_PASS + 64), 64);
+        assert_eq!(row_width(32 * 3001), 32);
+        assert_eq!(row_width(ONE_PASS + 2), 2);
+        assert_eq!(row_width(0), MAX_ROW);
+    }
+
+    #[test]
+    fn sums_the_row_sums_in_rows_again_when_there_are_many() {
+        // With one pass capped at 64 elements: 4,096 x 128 elements are 128 rows of 4,096,
+        // whose sums are 2 rows of 64, whose sums take one pass.
+        let len = MAX_ROW * 128;
+        let values: Vec<f32> = (0..len).map(|i| (i % 5) as f32).collect();
+        let exact: f64 = values.iter().map(|&v| f64::from(v)).sum();
+        let tensor =
+            Tensor::<Flex, 1>::from_data(TensorData::new(values, [len]), &Default::default());
+        let nested = sum_flat(tensor.clone(), 64).into_scalar();
+        assert_eq!(f64::from(nested), exact);
+        assert_eq!(nested, fixed_order_sum(tensor).into_scalar());
     }
 
     #[test]
