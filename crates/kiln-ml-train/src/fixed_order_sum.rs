@@ -110,7 +110,7 @@ mod tests {
     #[test]
     fn sums_the_row_sums_in_rows_again_when_there_are_many() {
         // With one pass capped at 64 elements: 4,096 x 128 elements are 128 rows of 4,096,
-        // whose sums are 2 rows of 64, whose sums take one pass.
+        // whose 128 sums are one row of 128 again, whose sum takes one pass.
         let len = MAX_ROW * 128;
         let values: Vec<f32> = (0..len).map(|i| (i % 5) as f32).collect();
         let exact: f64 = values.iter().map(|&v| f64::from(v)).sum();
