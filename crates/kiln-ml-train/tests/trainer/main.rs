@@ -12,6 +12,7 @@ mod data_parallel;
 mod debug;
 mod ema;
 mod errors;
+mod fixed_order_sum;
 mod fused_optimizers;
 mod loggers;
 mod lr_finder;
