@@ -3,10 +3,11 @@
 //! Burn 0.21's `Tensor::sum` on its CubeCL runtimes (CUDA, wgpu) adds the partial sums of a few
 //! cubes into the output with atomics (`SumStrategy::OneShot`) wherever the device has float
 //! atomics, so the order of the last additions, and with it the last bits, varies from call to
-//! call: 300 sums of one 92,160-element tensor on lavapipe gave two different values. A
-//! clipping coefficient or a loss computed from such a sum makes two runs of the same seed
-//! diverge, and under a chaotic loss (winner-takes-all) they end far apart. `sum_dim` reduces in
-//! an order fixed by the launch, the same on every call (300 of 300 equal on lavapipe).
+//! call: 300 sums of one 92,160-element tensor on lavapipe gave two different values (the
+//! `sum_repeatability` example measures it). A clipping coefficient computed from such a sum
+//! makes two runs of the same seed diverge, and under a chaotic loss (winner-takes-all) they end
+//! far apart. `sum_dim` reduces in an order fixed by the launch, the same on every call (300 of
+//! 300 equal on lavapipe).
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
