@@ -44,6 +44,7 @@ const MIN_ROW: usize = 32;
 pub fn fixed_order_sum<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, 1> {
     let elements = tensor.shape().num_elements();
     if elements == 0 {
+        // Burn's wgpu backend fails a reduction over nothing (a `CallError` from fusion).
         return Tensor::zeros([1], &tensor.device());
     }
     sum_flat(tensor.reshape([elements]), ONE_PASS)

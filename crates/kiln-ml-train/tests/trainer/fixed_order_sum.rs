@@ -32,4 +32,14 @@ fn fixed_order_sums_repeat_to_the_bit<B: AutodiffBackend>(device: B::Device) {
     );
 }
 
-crate::backend_tests!(fixed_order_sums_repeat_to_the_bit);
+/// An empty tensor (a parameter of no elements) sums to zero, not to whatever a reduction over
+/// nothing leaves in its output.
+fn an_empty_tensor_sums_to_zero<B: AutodiffBackend>(device: B::Device) {
+    let empty = Tensor::<B::InnerBackend, 2>::zeros([0, 3], &device);
+    assert_eq!(fixed_order_sum(empty).into_scalar().elem::<f32>(), 0.0);
+}
+
+crate::backend_tests!(
+    fixed_order_sums_repeat_to_the_bit,
+    an_empty_tensor_sums_to_zero
+);
