@@ -139,6 +139,13 @@ pub fn clip_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     Ok(norm)
 }
 
+/// The sum of the squares of `tensor`'s elements, in f32 whatever its float type and in a fixed
+/// order ([`fixed_order_sum`]): one gradient's (or one bucket's) share of the squared global
+/// norm, the same bits on every run.
+pub(crate) fn sum_of_squares<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, 1> {
+    fixed_order_sum(tensor.cast(FloatDType::F32).square())
+}
+
 /// Reads a one-element tensor back as `f64`.
 pub(crate) fn read_scalar<B: Backend>(tensor: Tensor<B, 1>, during: &'static str) -> Result<f64> {
     let data = tensor.try_into_data().map_err(|error| Error::Device {
@@ -161,7 +168,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
         let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
             return;
         };
-        let squares = fixed_order_sum(grad.cast(FloatDType::F32).square());
+        let squares = sum_of_squares(grad);
         self.total = Some(match self.total.take() {
             Some(total) => total + squares,
             None => squares,

@@ -11,12 +11,11 @@
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{FloatDType, Tensor};
 
 use crate::buckets::{ReplaceParams, concat, split};
-use crate::clipping::clip_factor_on_device;
-use crate::fixed_order_sum;
+use crate::clipping::{clip_factor_on_device, sum_of_squares};
 use crate::flat_layout::Layout;
 use crate::step_hints::{self, StepHints};
 
@@ -271,8 +270,7 @@ fn scaled<B: Backend>(grads: Vec<Tensor<B, 1>>, hints: Option<StepHints>) -> Vec
 fn squared_norm<B: Backend>(buckets: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
     buckets
         .iter()
-        // In f32 whatever the backend's float type, as the per-tensor norm (`clipping`).
-        .map(|bucket| fixed_order_sum(bucket.clone().cast(FloatDType::F32).square()))
+        .map(|bucket| sum_of_squares(bucket.clone()))
         .reduce(|total, squares| total + squares)
 }
 
