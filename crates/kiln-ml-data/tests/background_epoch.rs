@@ -92,10 +92,17 @@ fn a_prefetched_epoch_waits_for_idle_workers_then_delivers_everything() {
     }
     assert_eq!(loader.source().submitted(), blocks);
     // `prefetch` runs just before each read is queued, and the first epoch marks its reads
-    // dispatched just after the last: give it that moment, or the next epoch would not start
-    // now and the check below would test nothing.
-    std::thread::sleep(Duration::from_millis(50));
+    // dispatched just after the last: until then the next epoch waits (and the check below
+    // would test nothing), so it is announced again until it has started.
     first.prefetch_next(plan(1));
+    while !first.next_started() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        first.prefetch_next(plan(1));
+    }
+    assert!(
+        first.next_started(),
+        "the next epoch had not started 10 s after the first queued all its reads"
+    );
     // The next epoch has started, but the worker has the first epoch's reads queued: it
     // queues none of its own.
     std::thread::sleep(Duration::from_millis(100));

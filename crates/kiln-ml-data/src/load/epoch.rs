@@ -89,9 +89,20 @@ impl<'loader, O> Epoch<'loader, O> {
     /// this epoch's work (one of its reads already running still delays a batch submitted
     /// meanwhile). Take it with [`into_next`](Self::into_next). While both run, the loader
     /// holds both epochs' resident blocks.
+    ///
+    /// Whether it has started is checked here and each time this epoch delivers a batch; see
+    /// [`next_started`](Self::next_started). Announcing again replaces the announced epoch, and
+    /// drops it if it had started.
     pub fn prefetch_next(&mut self, plan: Plan) {
         self.next = Next::Planned(plan);
         self.start_next_if_ready();
+    }
+
+    /// Whether the epoch announced with [`prefetch_next`](Self::prefetch_next) is already
+    /// reading its blocks (`false` when none was announced, or it waits for this epoch to
+    /// request the last of its own).
+    pub fn next_started(&self) -> bool {
+        matches!(self.next, Next::Started(_))
     }
 
     /// The next epoch announced with [`prefetch_next`](Self::prefetch_next) (started now if it
