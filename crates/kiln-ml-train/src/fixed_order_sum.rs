@@ -7,7 +7,8 @@
 //! `sum_repeatability` example measures it). A clipping coefficient computed from such a sum
 //! makes two runs of the same seed diverge, and under a chaotic loss (winner-takes-all) they end
 //! far apart. `sum_dim` reduces in an order fixed by the launch, the same on every call (300 of
-//! 300 equal on lavapipe).
+//! 300 equal on lavapipe). Burn has no switch for it: a `deterministic` feature was proposed
+//! upstream (tracel-ai/burn#5156) and closed unmerged.
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
