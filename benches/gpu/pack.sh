@@ -4,14 +4,17 @@
 #
 #   benches/gpu/pack.sh                 # into .gpu/bin (ignored by git)
 #   PACK_DIR=/tmp/gpu benches/gpu/pack.sh
+#   benches/gpu/pack.sh --check         # are the packed binaries built from the sources as
+#                                       # they are now? (exit 0: yes; 1: no, pack again)
 #   AUTOTUNE=1 EXAMPLES="quickstart doctor metrics_throughput" benches/gpu/pack.sh
 #                                       # and `quickstart_autotune`, built with kiln's `autotune`
 #                                       # feature (Burn's kernel autotuning), for run.sh to compare;
 #                                       # fewer examples, to stay within what a run carries
 #
 # Release builds with the `cuda` and `wgpu` features: the quickstart, doctor,
-# metrics_throughput, diagnose and find_batch_size examples and kiln-ml-train's `trainer` test
-# binary (its `cuda` tests run with `--ignored`). cudarc, Burn 0.21's CUDA layer, binds the CUDA
+# metrics_throughput, diagnose, find_batch_size and sum_repeatability examples and
+# kiln-ml-train's `trainer` test binary (its `cuda` tests run with `--ignored`). PACK_DIR/BUILT
+# names the commit and the sources they were built from, and run.sh reports it in gpu.json. cudarc, Burn 0.21's CUDA layer, binds the CUDA
 # API of the version it reads from `nvcc` at build time and falls back to a version newer than
 # most drivers without one: CUDARC_CUDA_VERSION (default 13000, CUDA 13.0) names the driver's.
 # Nothing CUDA is needed to build (libcuda and NVRTC are loaded at run time). Cold, on 2 cores:
@@ -23,8 +26,28 @@ PACK_DIR=${PACK_DIR:-.gpu/bin}
 LIMIT_MB=${LIMIT_MB:-60}
 export CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/kiln-target}
-read -r -a EXAMPLES <<<"${EXAMPLES:-quickstart doctor metrics_throughput diagnose find_batch_size}"
+read -r -a EXAMPLES <<<"${EXAMPLES:-quickstart doctor metrics_throughput diagnose find_batch_size sum_repeatability}"
 AUTOTUNE=${AUTOTUNE:-0}
+
+# What the binaries are built from: the tree of every path a packed binary compiles, as
+# committed, and whether any of those paths has uncommitted changes.
+SOURCES=(Cargo.toml Cargo.lock src crates examples)
+sources_id() {
+  local dirty=""
+  [ -z "$(git status --porcelain -- "${SOURCES[@]}")" ] || dirty="+uncommitted"
+  echo "$(git rev-parse "${SOURCES[@]/#/HEAD:}" | sha1sum | cut -c1-16)$dirty"
+}
+if [ "${1:-}" = --check ]; then
+  built=$(sed -n 's/^sources=//p' "$PACK_DIR/BUILT" 2>/dev/null || true)
+  now=$(sources_id)
+  if [ -n "$built" ] && [ "$built" = "$now" ] && [[ "$now" != *+uncommitted ]]; then
+    echo "$PACK_DIR is current: $(tr '\n' ' ' <"$PACK_DIR/BUILT")"
+    exit 0
+  fi
+  echo "$PACK_DIR is stale or missing (built from ${built:-nothing}, sources now $now): run $0" >&2
+  exit 1
+fi
+[ $# -eq 0 ] || { echo "unknown argument: $1 (--check, or none)" >&2; exit 2; }
 
 # Packs every executable a cargo build (its JSON messages in $1) reports, by target name (the
 # test binary's name carries a hash), under that name followed by $2.
@@ -48,7 +71,7 @@ PY
 }
 
 mkdir -p "$PACK_DIR"
-rm -f "$PACK_DIR"/*.xz
+rm -f "$PACK_DIR"/*.xz "$PACK_DIR/BUILT"
 messages=$(mktemp)
 trap 'rm -f "$messages"' EXIT
 echo "== building (CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION) into $CARGO_TARGET_DIR"
@@ -77,6 +100,11 @@ if ! ls "$PACK_DIR"/*.deb >/dev/null 2>&1 && command -v apt-get >/dev/null; then
   fi
   rm -rf "$lists"
 fi
+features=cuda,wgpu
+[ "$AUTOTUNE" = 1 ] && features="$features (+autotune: quickstart_autotune)"
+printf 'commit=%s\nsources=%s\nfeatures=%s\nCUDARC_CUDA_VERSION=%s\npacked=%s\n' \
+  "$(git rev-parse --short=12 HEAD)" "$(sources_id)" "$features" "$CUDARC_CUDA_VERSION" \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$PACK_DIR/BUILT"
 total_kb=$(du -sk "$PACK_DIR" | cut -f1)
 ls -la "$PACK_DIR"
 echo "== $PACK_DIR: $((total_kb / 1024)) MiB (limit $LIMIT_MB MiB)"

@@ -17,18 +17,19 @@
 # (`quickstart_autotune`, from `AUTOTUNE=1 pack.sh`, with a kernel cache of its own), and the
 # quickstart on CUDA in bf16 on a cold cache (its time to first step; left out with --cache).
 # Then warm: the quickstart in bf16, in f32 without the profiler, as a plain Burn loop (kiln's
-# step against Burn's), in f32 with the profiler, the autotuned quickstart, f16 on CUDA; the
-# quickstart on Vulkan in f16 and the products test on that adapter; kiln's FusedAdam and no
-# bound on the steps queued; the PyTorch peer with its tensors on the GPU; metrics_throughput,
-# diagnose and find_batch_size on CUDA. While a step runs, a watcher writes
-# every 10 s what its process is doing (per-thread state, CPU time and kernel wait channel, GPU
-# utilization, the last kernel compiled), and every line of the kernel log is timed: compiling and
-# tuning tell themselves apart from a stall, and gpu.json's `compilation` says where a cold first
-# step's time went.
+# step against Burn's), in f32 with the profiler, the autotuned quickstart, f16 on CUDA, Burn's
+# sum against kiln's fixed-order sum (repeated: distinct results); the quickstart on Vulkan in
+# f16 and the products test on that adapter; kiln's FusedAdam and no bound on the steps queued;
+# the PyTorch peer with its tensors on the GPU; metrics_throughput, diagnose and find_batch_size
+# on CUDA. While a step runs, a watcher writes every 10 s what its process is doing (per-thread
+# state, CPU time and kernel wait channel, GPU utilization, the last kernel compiled), and every
+# line of the kernel log is timed: compiling and tuning tell themselves apart from a stall, and
+# gpu.json's `compilation` says where a cold first step's time went.
 #
 # Writes DIR/gpu.json (keys: device, time_to_first_step_s, kiln_step_ms, plain_burn_step_ms,
 # quickstart_min_ade, torch_min_ade, torch_seconds, cuda_tests_passed, cuda_tests_failed, null
-# where a part did not run; then the rest, per step), DIR/logs.tar.xz (every step's output and
+# where a part did not run; then the rest, per step, and `binaries`: pack.sh's record of the
+# commit they were built from), DIR/logs.tar.xz (every step's output and
 # watch log, the JSON of each) and DIR/cache.tar.xz (the kernel cache, to carry into the next run).
 set -uo pipefail
 
@@ -44,7 +45,7 @@ while [ $# -gt 0 ]; do
     --python) PYTHON=$2; shift 2 ;;
     --only) ONLY=",$2,"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -299,6 +300,11 @@ fi
 # f16-mixed on CUDA: does it keep f32's accuracy there?
 step quickstart_f16 150 "$B/quickstart" --device "$GPU" --precision f16 --dir "$DATA" \
   "${SIZE[@]}" --json "$J/quickstart_f16.json"
+# Burn's `sum()` against `sum_dim`, `mean()` and kiln's fixed_order_sum, each repeated on one
+# tensor: how many distinct results each gives on this device (kiln's clipping norm moved from
+# the first to the last; lavapipe gave 2-3 results from `sum()` and 1 from the others).
+step sum_repeatability 60 "$B/sum_repeatability" --device "$GPU" \
+  $([ "$DRY" = 1 ] && echo --repeats 20) --json "$J/sum_repeatability.json"
 
 # The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present), and the products
 # test on that adapter: do f16 products accumulate in f32 there? (f16 lost accuracy through
@@ -328,9 +334,9 @@ step find_batch_size 90 "$B/find_batch_size" --device "$GPU" --json "$J/find_bat
 
 # ---------------------------------------------------------------------------------------------
 # gpu.json from the steps' own JSON.
-python3 - "$LOGS" "$OUT/gpu.json" "$DRY" <<'PY'
+python3 - "$LOGS" "$OUT/gpu.json" "$DRY" "$BIN/BUILT" <<'PY'
 import json, os, re, subprocess, sys
-logs, out, dry = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+logs, out, dry, built = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
 
 def load(name):
     try:
@@ -351,6 +357,23 @@ def same_run(first, second):
     keep = ("train_loss", "min_ade", "min_fde", "miss_rate", "ade_top1")
     epochs = [[{key: epoch.get(key) for key in keep} for epoch in run["epochs_run"]] for run in runs]
     return epochs[0] == epochs[1]
+
+def binaries():
+    """What pack.sh recorded of the binaries' build: commit, sources, features."""
+    try:
+        lines = open(built).read().splitlines()
+    except OSError:
+        return None
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+def distinct_sums():
+    """sum_repeatability's counts: per way of summing, the most distinct results over the
+    sizes it summed (1: every repeat gave the same bits)."""
+    figures = load("sum_repeatability")
+    if figures is None:
+        return None
+    ways = ("sum", "sum_dim", "mean", "fixed_order_sum")
+    return {way: max(len(size[way]) for size in figures["sizes"]) for way in ways}
 
 def device():
     if dry:
@@ -473,6 +496,8 @@ figures = {
     # where the kernels are deterministic the two train to the same bits.
     "bf16_cold_min_ade": get("quickstart_bf16_cold", "min_ade"),
     "bf16_runs_identical": same_run("quickstart_bf16_cold", "quickstart_bf16"),
+    "distinct_sums": distinct_sums(),
+    "binaries": binaries(),
     "compilation": {name: compilation(name) for name in (
         "quickstart_bf16_cold", "quickstart_autotune_bf16_cold", "quickstart_bf16",
         "plain_burn_f32", "quickstart_f16", "quickstart_wgpu_f16")},
