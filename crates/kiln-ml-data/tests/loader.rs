@@ -553,6 +553,28 @@ fn a_plan_for_another_layout_is_refused() {
 }
 
 #[test]
+fn a_plan_for_other_block_boundaries_of_the_same_samples_is_refused_at_once() {
+    // Eight samples in blocks of 4 + 4 for the plan, 3 + 5 in the source: every sample id is
+    // valid, but the plan would free or not yet read the block a sample is in. With several
+    // workers it could succeed or fail by timing; it must fail before any read, every time.
+    let plan = InOrderSampler::new(2)
+        .plan(&MemorySource::with_ids(&[&[4, 4]]), &PlanRequest::new(0, 0))
+        .unwrap();
+    let loader = ids_loader(
+        MemorySource::with_ids(&[&[3, 5]]),
+        LoaderConfig::new().with_workers(2),
+    );
+    let error = loader.epoch(plan).unwrap_err();
+    assert!(matches!(error, Error::PlanMismatch { .. }), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("plan position 3 takes sample 3, which the source holds in block 1"),
+        "{error}"
+    );
+}
+
+#[test]
 fn the_residency_follows_the_plan() {
     let source = MemorySource::with_ids(&[&[100; 10]]);
     let config = LoaderConfig::new()

@@ -12,7 +12,7 @@ use super::coordinator::Coordinator;
 use super::parts::{EpochParts, Launch, Start};
 use super::pool::Jobs;
 use super::prefetch_depth::prefetch_depth;
-use super::schedule::{EpochSchedule, last_occurrences};
+use super::schedule::{EpochSchedule, check_block_uses, last_occurrences};
 use crate::{Error, Result};
 
 /// Everything needed to start epochs: shared by a loader and its epochs, so an epoch can start
@@ -46,19 +46,7 @@ where
 {
     fn launch(self: Arc<Self>, plan: Plan, start: Start) -> Result<EpochParts<C::Output>> {
         let last_occurrence = last_occurrences(plan.order(), self.source.as_ref())?;
-        let blocks = self.source.num_blocks();
-        if let Some(used) = plan
-            .schedule()
-            .iter()
-            .find(|used| used.block as usize >= blocks)
-        {
-            return Err(Error::PlanMismatch {
-                reason: format!(
-                    "the plan reads block {}, but the source has {blocks} blocks",
-                    used.block
-                ),
-            });
-        }
+        check_block_uses(&plan, self.source.as_ref())?;
         let plan = Arc::new(plan);
         let schedule = EpochSchedule::new(&plan, self.config.drop_last);
         let prefetch_batches =

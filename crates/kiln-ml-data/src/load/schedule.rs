@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use kiln_ml_core::{BlockIndex, BlockLayout, BlockUse, Plan};
+use kiln_ml_core::{BlockFinder, BlockIndex, BlockLayout, BlockUse, Plan};
 
 use crate::{Error, Result};
 
@@ -150,6 +150,49 @@ pub(crate) fn last_occurrences(
         seen[word] |= bit;
     }
     Ok(Some(last))
+}
+
+/// Fails unless every plan position takes its sample from the block the source holds it in,
+/// at a position where the plan's schedule says that block is in use. The coordinator reads and
+/// frees blocks by the schedule but finds samples by the source's blocks: a plan made over
+/// another block layout of the same samples (the same data with other row groups) would load
+/// or fail depending on which read finished first. (Samples outside the source are
+/// [`last_occurrences`]'s error, checked first.)
+pub(crate) fn check_block_uses(plan: &Plan, layout: &(impl BlockLayout + ?Sized)) -> Result<()> {
+    let blocks = layout.blocks();
+    let mut in_use: Vec<Option<(u64, u64)>> = vec![None; blocks.len()];
+    for used in plan.schedule() {
+        let slot = in_use
+            .get_mut(used.block as usize)
+            .ok_or_else(|| Error::PlanMismatch {
+                reason: format!(
+                    "the plan reads block {}, but the source has {} blocks",
+                    used.block,
+                    blocks.len()
+                ),
+            })?;
+        *slot = Some((used.first_use, used.last_use));
+    }
+    let finder = BlockFinder::new(blocks);
+    for (position, &sample) in plan.order().iter().enumerate() {
+        let position = position as u64;
+        let Some(block) = finder.find(sample) else {
+            continue;
+        };
+        match in_use[block as usize] {
+            Some((first, last)) if first <= position && position <= last => {}
+            _ => {
+                return Err(Error::PlanMismatch {
+                    reason: format!(
+                        "plan position {position} takes sample {sample}, which the source holds \
+                         in block {block}, but the plan does not read that block there: the \
+                         plan was made for another block layout"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
