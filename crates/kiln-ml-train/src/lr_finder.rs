@@ -7,6 +7,8 @@ use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 
+use kiln_ml_core::StepOutcome;
+
 use crate::{Error, Result, TrainStep, Trainer, TrainerConfig};
 
 /// The range test's settings; the defaults are Lightning's (`min_lr` 1e-8, `max_lr` 1, 100
@@ -77,6 +79,10 @@ pub struct LrFinding {
 }
 
 impl LrFinder {
+    /// Skipped steps in a row after which a range test counts as diverged (see
+    /// [`run`](Self::run)).
+    pub const MAX_SKIPS_IN_A_ROW: usize = 64;
+
     /// With `steps` sweep steps between `min_lr` and `max_lr`.
     pub fn new(min_lr: f64, max_lr: f64, steps: usize) -> Self {
         Self {
@@ -91,6 +97,13 @@ impl LrFinder {
     /// fresh `optim`, under `config` (its precision, clipping and accumulation; it reads the
     /// loss back every step and writes no checkpoint), over at most `steps` optimizer steps of
     /// `batches`.
+    ///
+    /// A step the trainer skips for non-finite gradients (under f16-mixed, while the loss scale
+    /// calibrates) changes neither the weights nor the rate, so it is not a sweep step: it is
+    /// left out of the finding, and the sweep goes on with the next batch. A skipped step whose
+    /// loss itself is not finite ends the sweep as diverged, and so do
+    /// [`MAX_SKIPS_IN_A_ROW`](Self::MAX_SKIPS_IN_A_ROW) skipped steps in a row (the scale has
+    /// then backed off by 2^-64: the gradients are not finite at any scale).
     pub fn run<B, M, O, I, E>(
         &self,
         model: M,
@@ -131,6 +144,7 @@ impl LrFinder {
         };
         let mut average = 0.0;
         let mut best = f64::INFINITY;
+        let mut skips_in_a_row = 0;
         for (index, batch) in batches.into_iter().enumerate() {
             let batch = batch.map_err(|error| Error::Data {
                 epoch: 0,
@@ -141,6 +155,15 @@ impl LrFinder {
                 continue;
             };
             let Some(loss) = report.loss else { continue };
+            if matches!(report.outcome, StepOutcome::Skipped(_)) && loss.is_finite() {
+                skips_in_a_row += 1;
+                if skips_in_a_row >= Self::MAX_SKIPS_IN_A_ROW {
+                    finding.diverged = true;
+                    break;
+                }
+                continue;
+            }
+            skips_in_a_row = 0;
             let step = finding.losses.len();
             average = self.smoothing * average + (1.0 - self.smoothing) * loss;
             let smoothed = average / (1.0 - self.smoothing.powi(step as i32 + 1));

@@ -1,7 +1,9 @@
 //! The learning-rate range test on a real model.
 
+use std::cell::Cell;
+
 use burn::backend::{Autodiff, Flex};
-use kiln_ml_train::{LrFinder, TrainerConfig};
+use kiln_ml_train::{LossScalerConfig, LrFinder, Precision, TrainerConfig};
 
 use crate::common;
 
@@ -54,4 +56,50 @@ fn the_range_test_suggests_a_rate_before_divergence_and_leaves_the_model_alone()
         before,
         "the caller's model was trained"
     );
+}
+
+#[test]
+fn steps_the_loss_scaler_skips_are_not_sweep_steps() {
+    let device = Default::default();
+    let batches = common::batches::<B>(150, 32, 9, &device);
+    // A first scale of 2^40 overflows f16's gradients until it has backed off far enough.
+    let config = TrainerConfig::new()
+        .with_precision(Precision::F16Mixed)
+        .with_loss_scaler(LossScalerConfig {
+            init_scale: 2f32.powi(40),
+            ..LossScalerConfig::default()
+        });
+    let taken = Cell::new(0);
+    let finding = LrFinder::new(1e-5, 1e-2, 40)
+        .run(
+            common::model::<B>(&device, 1),
+            burn::optim::SgdConfig::new().init(),
+            config,
+            device,
+            batches
+                .into_iter()
+                .inspect(|_| taken.set(taken.get() + 1))
+                .map(Ok::<_, std::io::Error>),
+        )
+        .unwrap();
+    assert!(
+        taken.get() > 50,
+        "only {} batches: no step was skipped",
+        taken.get()
+    );
+    // Every one of the 40 sweep steps trained, at the sweep's own rates: skipped steps are
+    // neither recorded nor counted.
+    assert!(!finding.diverged, "{:?}", finding.losses);
+    assert_eq!(finding.losses.len(), 40);
+    assert!(finding.losses.iter().all(|loss| loss.is_finite()));
+    let factor = (1e-2f64 / 1e-5).powf(1.0 / 39.0);
+    for pair in finding.learning_rates.windows(2) {
+        assert!(
+            (pair[1] / pair[0] / factor - 1.0).abs() < 1e-9,
+            "{:?}",
+            finding.learning_rates
+        );
+    }
+    assert!((finding.learning_rates[0] / 1e-5 - 1.0).abs() < 1e-9);
+    assert!((finding.learning_rates[39] / 1e-2 - 1.0).abs() < 1e-9);
 }
