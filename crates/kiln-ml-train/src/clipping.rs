@@ -52,9 +52,16 @@ impl GradientClipping {
     }
 }
 
-/// The factor PyTorch's `clip_grad_norm_` multiplies every gradient by.
+/// The factor PyTorch's `clip_grad_norm_` multiplies every gradient by:
+/// `clamp(max_norm / (norm + 1e-6), max=1)`, NaN for a NaN norm (as `torch.clamp`; Rust's
+/// `f64::min` would return 1 and leave the gradients as they are).
 pub(crate) fn clip_coefficient(global_norm: f64, max_norm: f64) -> f64 {
-    (max_norm / (global_norm + CLIP_NORM_EPS)).min(1.0)
+    let coefficient = max_norm / (global_norm + CLIP_NORM_EPS);
+    if coefficient.is_nan() {
+        coefficient
+    } else {
+        coefficient.min(1.0)
+    }
 }
 
 /// The sum of squares of every gradient of `module`'s float parameters, computed in f32 on the
@@ -224,6 +231,9 @@ mod tests {
         let norm = (48.0f64).sqrt();
         assert!((clip_coefficient(norm, 1.0) - 1.0 / (norm + 1e-6)).abs() < 1e-15);
         assert_eq!(clip_coefficient(0.0, 1.0), 1.0);
+        // torch.clamp keeps a NaN, and an infinite norm zeroes the factor.
+        assert!(clip_coefficient(f64::NAN, 1.0).is_nan());
+        assert_eq!(clip_coefficient(f64::INFINITY, 1.0), 0.0);
     }
 
     #[test]
