@@ -133,7 +133,9 @@ pub struct TrainerConfig {
     /// Default 2: the host queues a step while the one before it runs.
     pub max_queued_steps: u64,
     /// Check the loss of every micro-batch and the gradients of every step, and stop with an
-    /// error naming the step on NaN or inf (one extra host sync per micro-batch). Default false.
+    /// error naming the step on NaN or inf (one extra host sync per micro-batch). Under
+    /// f16-mixed, gradients that overflow are the loss scaler's signal (the step is skipped and
+    /// the scale backs off), so there only a non-finite loss stops training. Default false.
     pub detect_anomalies: bool,
     /// Seed of the backend RNG (set once when the trainer is built) and of the trainer's host
     /// RNG. Default 0.
