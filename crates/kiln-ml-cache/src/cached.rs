@@ -6,7 +6,7 @@ use kiln_ml_core::{
     Block, BlockIndex, BlockLayout, BlockSource, BoxError, Fingerprint, ReadError, Transform,
 };
 
-use crate::codec::{BincodeCodec, Codec};
+use crate::codec::{BincodeCodec, Codec, CodecError};
 use crate::disk::DiskCache;
 use crate::ram::RamCache;
 use crate::segment::{Segment, SegmentBuilder, SegmentBytes, SegmentKey};
@@ -187,8 +187,18 @@ where
         let mut builder = SegmentBuilder::new(self.key(block), samples.len());
         for (row, sample) in samples.iter().enumerate() {
             builder
-                .push(|out| self.codec.encode(sample, out))
-                .map_err(|error| Error::Encode {
+                .push(|out| {
+                    let start = out.len();
+                    self.codec.encode(sample, out)?;
+                    // Each block's first record is decoded back: a codec that cannot read what
+                    // it wrote fails here, by name, instead of every later read discarding the
+                    // segment as corrupt and building it again.
+                    if row == 0 {
+                        round_trips(&self.codec, out, start)?;
+                    }
+                    Ok(())
+                })
+                .map_err(|error: CodecError| Error::Encode {
                     block,
                     row: row as u64,
                     reason: error.to_string(),
@@ -242,6 +252,19 @@ where
     }
 }
 
+/// Checks that `codec` decodes the record it appended to `out` from `start`.
+fn round_trips<T, C: Codec<T>>(codec: &C, out: &[u8], start: usize) -> Result<(), CodecError> {
+    let record = out.get(start..).ok_or_else(|| {
+        CodecError::new("the codec shortened the buffer it was to append to (`encode` must append)")
+    })?;
+    codec.decode(record).map(drop).map_err(|error| {
+        CodecError::new(format!(
+            "the codec cannot decode what it encoded ({error}): `decode` must read back exactly \
+             the bytes `encode` appended"
+        ))
+    })
+}
+
 impl<S, T, C> BlockLayout for Cached<S, T, C>
 where
     S: BlockSource + BlockLayout,
@@ -293,9 +316,15 @@ where
         let key = self.key(block);
         if let Some(ram) = &self.ram
             && let Some(segment) = ram.get(&key.digest())
-            && let Ok(samples) = self.decode(&segment, rows)
         {
-            return Ok(samples);
+            match self.decode(&segment, rows) {
+                Ok(samples) => {
+                    ram.count_hit();
+                    return Ok(samples);
+                }
+                // Not a hit, and not to be tried again: the disk tier judges its own copy.
+                Err(_) => ram.remove(&key.digest()),
+            }
         }
         if let Some(samples) = self.read_from_disk(&key, rows)? {
             return Ok(samples);

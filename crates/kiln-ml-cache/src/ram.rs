@@ -56,13 +56,23 @@ impl RamCache {
         self.hits.load(Ordering::Relaxed)
     }
 
-    /// The segment stored under `digest`, marking it most recently used.
+    /// The segment stored under `digest`, marking it most recently used. A hit counts once it
+    /// has decoded ([`count_hit`](Self::count_hit)).
     pub(crate) fn get(&self, digest: &Fingerprint) -> Option<Arc<Segment>> {
-        let found = self.lock().segments.get(digest).cloned();
-        if found.is_some() {
-            self.hits.fetch_add(1, Ordering::Relaxed);
+        self.lock().segments.get(digest).cloned()
+    }
+
+    /// Counts a hit: a segment from [`get`](Self::get) that decoded.
+    pub(crate) fn count_hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Forgets the segment stored under `digest` (one that did not decode).
+    pub(crate) fn remove(&self, digest: &Fingerprint) {
+        let mut inner = self.lock();
+        if let Some(removed) = inner.segments.pop(digest) {
+            inner.bytes -= removed.byte_len() as u64;
         }
-        found
     }
 
     /// Stores a segment read from disk (see [`insert`](Self::insert)): moved when it is on the
@@ -127,7 +137,9 @@ mod tests {
             "the oldest was evicted"
         );
         assert!(cache.get(&segment(2, 100).0).is_some());
-        assert_eq!(cache.hits(), 1);
+        cache.remove(&segment(2, 100).0);
+        assert!(cache.get(&segment(2, 100).0).is_none());
+        assert_eq!(cache.bytes(), one, "the removed segment's bytes are freed");
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kiln_ml_cache::{Cached, DiskCache, Error, PodCodec};
+use kiln_ml_cache::{Cached, CodecError, DiskCache, Error, PodCodec};
 use kiln_ml_core::{BlockLayout, BlockSource, Fingerprint, FnTransform, ReadError, transform_fn};
 use kiln_ml_testkit::MemorySource;
 
@@ -398,4 +398,76 @@ fn a_source_returning_the_wrong_number_of_items_is_refused_and_not_cached() {
         );
     }
     assert_eq!(cached.stats().disk_hits, 0);
+}
+
+/// Stores a sample's first value as 4 little-endian bytes; decoding fails on the values in
+/// `unreadable` (a codec with a bug that only some records show).
+struct FirstValueCodec {
+    unreadable: &'static [f32],
+}
+
+impl kiln_ml_cache::Codec<Vec<f32>> for FirstValueCodec {
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::builder().str("first value").finish()
+    }
+
+    fn encode(&self, item: &Vec<f32>, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        out.extend_from_slice(&item[0].to_le_bytes());
+        Ok(())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>, CodecError> {
+        let value = f32::from_le_bytes(bytes.try_into().map_err(|_| CodecError::new("length"))?);
+        if self.unreadable.contains(&value) {
+            return Err(CodecError::new(format!("{value} does not decode")));
+        }
+        Ok(vec![value])
+    }
+}
+
+#[test]
+fn a_codec_that_cannot_read_its_own_records_is_named_when_the_block_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    // Block 1 holds samples 4, 5 and 6: its first record is 4.
+    let cached = cached_in(&dir, 1, &calls).with_codec(FirstValueCodec { unreadable: &[4.0] });
+    let error = cached.read_block(1).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(
+            error,
+            Error::Encode {
+                block: 1,
+                row: 0,
+                ..
+            }
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("cannot decode what it encoded (4 does not decode)"),
+        "{message}"
+    );
+    assert_eq!(cached.stats().bytes_written, 0, "nothing was cached");
+}
+
+#[test]
+fn a_ram_segment_that_does_not_decode_is_no_hit_and_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    // Block 0 holds samples 0..4: its first record decodes, its second (1.0) does not.
+    let cached = cached_in(&dir, 1, &calls)
+        .with_codec(FirstValueCodec { unreadable: &[1.0] })
+        .with_ram_budget(1 << 20);
+    for _ in 0..3 {
+        cached.read_block(0).unwrap();
+    }
+    let stats = cached.stats();
+    assert_eq!(stats.ram_hits, 0, "{stats:?}");
+    assert_eq!(stats.misses, 3, "{stats:?}");
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        12,
+        "each read computed the block again"
+    );
 }

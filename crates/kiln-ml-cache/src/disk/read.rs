@@ -30,12 +30,12 @@ impl DiskCache {
             }
             Err(source) => return Err(Error::io("opening", path, source)),
         };
-        let len = file
+        let opened = file
             .metadata()
-            .map_err(|source| Error::io("inspecting", &path, source))?
-            .len();
+            .map_err(|source| Error::io("inspecting", &path, source))?;
+        let len = opened.len();
         if len == 0 {
-            return Err(self.discard_corrupt(key, "the file is empty".to_owned()));
+            return Err(self.discard_read(key, &opened, "the file is empty".to_owned()));
         }
         let bytes = if len >= self.mmap_threshold {
             // SAFETY: a mapping is sound only while nobody modifies the file in place. kiln
@@ -75,8 +75,22 @@ impl DiskCache {
                 }
                 Ok(Some(segment))
             }
-            Err(reason) => Err(self.discard_corrupt(key, reason)),
+            Err(reason) => Err(self.discard_read(key, &opened, reason)),
         }
+    }
+
+    /// [`discard_corrupt`](Self::discard_corrupt) for the file `get` opened (`opened`, its
+    /// metadata then): when another thread or process has meanwhile renamed a rebuilt segment
+    /// into its place, that one is kept, and only the corruption of the copy read is recorded.
+    fn discard_read(&self, key: &SegmentKey, opened: &std::fs::Metadata, reason: String) -> Error {
+        let path = self.segment_path(key);
+        let replaced = std::fs::metadata(&path).is_ok_and(|now| !same_file(opened, &now));
+        if replaced {
+            Counters::add(&self.counters.corrupt_segments, 1);
+            Counters::add(&self.counters.misses, 1);
+            return self.record_corruption(path, key, reason);
+        }
+        self.discard_corrupt(key, reason)
     }
 
     /// Removes the segment of `key`, counts and records the corruption, and returns the error.
@@ -86,6 +100,16 @@ impl DiskCache {
         self.lock_index().remove(&key.digest());
         Counters::add(&self.counters.corrupt_segments, 1);
         Counters::add(&self.counters.misses, 1);
+        self.record_corruption(path, key, reason)
+    }
+
+    /// Keeps a report of the corruption (the last few) and returns its error.
+    fn record_corruption(
+        &self,
+        path: std::path::PathBuf,
+        key: &SegmentKey,
+        reason: String,
+    ) -> Error {
         let report = CorruptSegment {
             path: path.clone(),
             block: key.block,
@@ -109,6 +133,20 @@ impl DiskCache {
     pub(crate) fn discard_undecodable(&self, key: &SegmentKey, reason: String) -> Error {
         self.counters.disk_hits.fetch_sub(1, Ordering::Relaxed);
         self.discard_corrupt(key, reason)
+    }
+}
+
+/// Whether two metadata describe the same file (device and inode); without them (not Unix),
+/// whether they agree in length and modification time.
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        a.len() == b.len() && a.modified().ok() == b.modified().ok()
     }
 }
 
@@ -165,6 +203,32 @@ mod tests {
         assert_eq!(reports.len(), 1);
         assert_eq!(reports[0].block, 2);
         assert_eq!(cache.stats().corrupt_segments, 1);
+    }
+
+    #[test]
+    fn a_segment_rebuilt_meanwhile_is_not_removed_with_the_corrupt_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path()).unwrap();
+        let path = cache.segment_path(&key(3));
+        std::fs::write(&path, b"damaged").unwrap();
+        let opened = File::open(&path).unwrap().metadata().unwrap();
+        // Another reader found the same damage first and renamed a rebuilt segment into place.
+        cache.put(&key(3), &segment(key(3), b"rebuilt")).unwrap();
+        let error = cache.discard_read(&key(3), &opened, "the copy read was damaged".to_owned());
+        assert!(
+            matches!(error, Error::CorruptSegment { block: 3, .. }),
+            "{error}"
+        );
+        assert_eq!(cache.stats().corrupt_segments, 1);
+        let kept = cache
+            .get(&key(3))
+            .unwrap()
+            .expect("the rebuilt segment was removed");
+        assert_eq!(kept.record(0), b"rebuilt");
+        // The copy read is still the one named there: it goes.
+        let opened = File::open(&path).unwrap().metadata().unwrap();
+        cache.discard_read(&key(3), &opened, "damaged after all".to_owned());
+        assert!(!path.exists());
     }
 
     #[test]

@@ -28,6 +28,11 @@ impl SegmentBuilder {
     }
 
     /// Appends one record written by `encode`, which gets the buffer to append to.
+    ///
+    /// # Panics
+    ///
+    /// When `encode` leaves the buffer shorter than it found it (it replaced or truncated it
+    /// instead of appending).
     pub fn push<E>(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> Result<(), E> {
         let aligned = align_up(self.buffer.len());
         self.buffer.resize(aligned, 0);
@@ -36,6 +41,12 @@ impl SegmentBuilder {
             self.buffer.truncate(aligned);
             return result;
         }
+        assert!(
+            self.buffer.len() >= aligned,
+            "the encoder shortened the segment buffer to {} bytes of {aligned}: it must append \
+             its record, not replace the buffer",
+            self.buffer.len()
+        );
         let record = &self.buffer[aligned..];
         let offset = (aligned - payload_start(self.records)) as u64;
         self.index
