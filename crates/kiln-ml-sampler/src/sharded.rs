@@ -88,7 +88,7 @@ impl<O: GlobalOrder> Sharded<O> {
             .str("kiln-sampler sharded")
             .u64(1)
             .u64(batch)
-            .str(self.sharding.remainder.name());
+            .str(self.sharding.remainder.stream_tag());
         Some(
             builder
                 .optional_fingerprint(self.order.settings_fingerprint())

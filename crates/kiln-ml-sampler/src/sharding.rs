@@ -1,7 +1,5 @@
 //! Sharding one global order over data-parallel ranks, with an explicit remainder policy.
 
-use std::collections::HashMap;
-
 use kiln_ml_core::{BlockLayout, Error, Plan, PlanRequest, Result, SampleId};
 
 use crate::rng::{PlanRng, Purpose};
@@ -27,9 +25,12 @@ pub enum RemainderPolicy {
     #[default]
     Drop,
     /// Append `pad = ⌈N / G⌉ × G − N` repeated samples so every rank gets the same number of
-    /// full batches. The multiset is: every sample once, plus the first `pad` samples of a
-    /// seeded permutation of all sample ids drawn afresh each epoch (cycled when `pad > N`), so
-    /// different samples are repeated each epoch. The repeats sit at the end of the epoch.
+    /// full batches. The multiset is: every sample once, plus `pad` distinct samples drawn
+    /// (seeded, afresh each epoch) from the epoch's last full global batch (from all `N` when
+    /// `N < G`, cycled when `pad > N`). The repeats sit at the end of the epoch, and they come
+    /// from blocks the epoch's end reads anyway, so a loader holds few blocks more for them
+    /// (repeats drawn from the whole epoch would keep up to `pad` blocks resident from their
+    /// first use to the end).
     Pad,
     /// Keep every sample exactly once; the last global batch is split by the sharding rule as
     /// far as it goes, so ranks may get different numbers of samples and batches. For
@@ -44,6 +45,17 @@ impl RemainderPolicy {
             Self::Drop => "drop",
             Self::Pad => "pad",
             Self::Uneven => "uneven",
+        }
+    }
+
+    /// What the settings fingerprints record of the policy: its name, revised where the stream
+    /// it makes has changed, so that a position saved under the old stream is refused rather
+    /// than resumed into different samples (`Pad` drew its repeats from the whole epoch before
+    /// 2026-11-28).
+    pub(crate) fn stream_tag(self) -> &'static str {
+        match self {
+            Self::Pad => "pad from the epoch's end",
+            other => other.name(),
         }
     }
 }
@@ -162,7 +174,8 @@ impl Sharding {
                 let pad = batches * global_batch - samples;
                 // Exactly, or growing the full-size order would double its capacity.
                 global.reserve_exact(pad as usize);
-                global.extend(pad_samples(samples, pad, request.seed, request.epoch));
+                let repeats = pad_samples(&global, global_batch, pad, request.seed, request.epoch);
+                global.extend(repeats);
             }
             RemainderPolicy::Uneven => {}
         }
@@ -204,24 +217,34 @@ fn take_rank(mut order: Vec<SampleId>, batch_size: u64, rank: u32, world: u32) -
     order
 }
 
-/// The `pad` repeated samples of an epoch: the first `min(pad, samples)` ids of a seeded
-/// permutation of `0..samples`, cycled to length `pad`.
+/// The `pad` repeated samples of an epoch with global order `order`: the first `min(pad, w)`
+/// samples of a seeded permutation of its last full global batch (`w = global_batch` samples;
+/// the whole order, `w = N`, when it has no full global batch), cycled to length `pad`.
 ///
-/// A partial Fisher-Yates over a sparse swap map costs O(pad), however large the epoch.
-fn pad_samples(samples: u64, pad: u64, seed: u64, epoch: u64) -> Vec<SampleId> {
-    let distinct = pad.min(samples);
+/// Drawn from the end of the epoch so that the blocks they come from are the ones the last
+/// batches read anyway; a partial Fisher-Yates over a copy of that batch costs O(w).
+fn pad_samples(
+    order: &[SampleId],
+    global_batch: u64,
+    pad: u64,
+    seed: u64,
+    epoch: u64,
+) -> Vec<SampleId> {
+    let len = order.len() as u64;
+    let end = if len >= global_batch {
+        len - len % global_batch
+    } else {
+        len
+    };
+    let mut window = order[end.saturating_sub(global_batch) as usize..end as usize].to_vec();
+    let distinct = pad.min(window.len() as u64) as usize;
     let mut rng = PlanRng::new(seed, epoch, Purpose::Pad);
-    let mut swapped: HashMap<u64, u64> = HashMap::new();
-    let mut chosen = Vec::with_capacity(distinct as usize);
     for index in 0..distinct {
-        let pick = index + rng.below(samples - index);
-        let at_pick = swapped.get(&pick).copied().unwrap_or(pick);
-        let at_index = swapped.get(&index).copied().unwrap_or(index);
-        swapped.insert(pick, at_index);
-        chosen.push(at_pick);
+        let pick = index + rng.below((window.len() - index) as u64) as usize;
+        window.swap(index, pick);
     }
     (0..pad as usize)
-        .map(|index| chosen[index % chosen.len()])
+        .map(|index| window[index % distinct])
         .collect()
 }
 
@@ -311,7 +334,11 @@ mod tests {
             .collect();
         assert_eq!(plans[0].len(), 6);
         assert_eq!(plans[1].len(), 6);
-        assert_eq!(&plans[1].order()[4..], &pad_samples(10, 2, 5, 2)[..]);
+        let global: Vec<u64> = (0..10).collect();
+        assert_eq!(
+            &plans[1].order()[4..],
+            &pad_samples(&global, 4, 2, 5, 2)[..]
+        );
 
         let uneven = Sharding::new(2, RemainderPolicy::Uneven);
         let lens: Vec<usize> = (0..2)
@@ -326,21 +353,26 @@ mod tests {
     }
 
     #[test]
-    fn pad_repeats_distinct_samples_and_changes_with_the_epoch() {
-        let pads = pad_samples(1000, 50, 1, 0);
+    fn pad_repeats_distinct_samples_of_the_last_full_global_batch() {
+        // 1,000 samples in global batches of 64: the last full one is positions 896..960.
+        let order: Vec<u64> = (0..1000).rev().collect();
+        let pads = pad_samples(&order, 64, 24, 1, 0);
         let mut distinct = pads.clone();
         distinct.sort_unstable();
         distinct.dedup();
-        assert_eq!(distinct.len(), 50);
-        assert!(pads.iter().all(|&id| id < 1000));
-        assert_ne!(pads, pad_samples(1000, 50, 1, 1));
-        assert_eq!(pads, pad_samples(1000, 50, 1, 0));
-        // More padding than samples cycles through all of them.
-        let cycled = pad_samples(3, 7, 1, 0);
+        assert_eq!(distinct.len(), 24);
+        assert!(
+            pads.iter().all(|id| order[896..960].contains(id)),
+            "{pads:?}"
+        );
+        assert_ne!(pads, pad_samples(&order, 64, 24, 1, 1));
+        assert_eq!(pads, pad_samples(&order, 64, 24, 1, 0));
+        // Fewer samples than a global batch: drawn from all of them, cycled.
+        let cycled = pad_samples(&[7, 8, 9], 10, 7, 1, 0);
         assert_eq!(&cycled[..3], &cycled[3..6]);
         let mut first = cycled[..3].to_vec();
         first.sort_unstable();
-        assert_eq!(first, [0, 1, 2]);
+        assert_eq!(first, [7, 8, 9]);
     }
 
     #[test]

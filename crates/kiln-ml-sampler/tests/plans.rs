@@ -171,3 +171,31 @@ fn impossible_configurations_are_refused_with_clear_errors() {
         "{error}"
     );
 }
+
+#[test]
+fn padding_holds_few_blocks_more_than_the_shuffle_itself() {
+    // One open block, no buffer: without a remainder the loader holds one block at a time (two
+    // at a boundary). The repeats come from the last full global batch, so they keep only the
+    // blocks of the epoch's end resident; repeats drawn from the whole epoch kept a block of
+    // each repeat resident from its first use to the end.
+    let source = source();
+    let samples = source.num_samples();
+    for batch in [48, 64, 100] {
+        let sharding = Sharding::new(batch, RemainderPolicy::Pad);
+        let sampler = BlockShuffleConfig::new()
+            .with_open_blocks(1)
+            .with_buffer_samples(0)
+            .with_sharding(sharding)
+            .init()
+            .unwrap();
+        let plan = sampler.plan(&source, &PlanRequest::new(5, 0)).unwrap();
+        assert_eq!(plan.len() as u64, samples.div_ceil(batch) * batch);
+        let (_, most) = execute(&source, &plan);
+        // The smallest block holds 25 rows: a global batch spans at most ⌈batch / 25⌉ + 1.
+        let bound = 1 + batch.div_ceil(25) as usize + 1;
+        assert!(
+            most <= bound,
+            "batch {batch}: {most} blocks held (bound {bound})"
+        );
+    }
+}

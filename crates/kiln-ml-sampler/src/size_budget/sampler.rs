@@ -16,8 +16,8 @@ use crate::sharding::RemainderPolicy;
 /// the epoch, the layout, the sizes and the settings alone.
 ///
 /// The [`RemainderPolicy`] applies to the last run when it holds fewer than `world` batches:
-/// `Drop` drops it, `Pad` repeats the epoch's first batches to fill it, `Uneven` leaves some
-/// ranks one batch short.
+/// `Drop` drops it, `Pad` repeats the epoch's last batches (the last first) to fill it,
+/// `Uneven` leaves some ranks one batch short.
 ///
 /// [`BlockShuffleConfig::length_aware`](crate::BlockShuffleConfig::length_aware) builds the
 /// length-aware block shuffle: this sampler over the block shuffle, grouping by length within
@@ -129,7 +129,7 @@ impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
             .u64(self.budget.budget)
             .u64(u64::from(self.budget.padded))
             .u64(self.budget.window as u64)
-            .str(self.remainder.name())
+            .str(self.remainder.stream_tag())
             .fingerprint(self.sizes_fingerprint);
         Some(
             builder
