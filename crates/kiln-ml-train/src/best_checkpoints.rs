@@ -9,7 +9,9 @@ use crate::{Error, Result};
 /// After each epoch, writes a checkpoint into its own directory when the epoch's `monitor` is
 /// among the `keep` best so far, and deletes the one it pushes out. The ranking lives in the
 /// file names (`best-epoch-E-step-S.kiln`, with the value in a `.value` file beside), so a
-/// resumed run goes on ranking against the files already there.
+/// resumed run goes on ranking against the files already there. A checkpoint whose value file
+/// is missing (a crash between the two writes) is left alone and not ranked. In a data-parallel
+/// group only the replica that writes checkpoints (rank 0) touches the directory.
 ///
 /// ```
 /// use kiln_ml_train::{BestCheckpoints, Mode};
@@ -76,8 +78,12 @@ impl BestCheckpoints {
                 continue;
             }
             let value_path = path.with_extension(VALUE_EXTENSION);
-            let text = std::fs::read_to_string(&value_path)
-                .map_err(|source| io_error(&value_path, "read", source))?;
+            let text = match std::fs::read_to_string(&value_path) {
+                Ok(text) => text,
+                // Written last: without it the checkpoint was never ranked.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => return Err(io_error(&value_path, "read", source)),
+            };
             let value = text
                 .trim()
                 .parse::<f64>()
@@ -124,6 +130,9 @@ impl Callback for BestCheckpoints {
         let value = context
             .metrics
             .require(&self.monitor, "BestCheckpoints", epoch)?;
+        if !checkpoints.writes_checkpoints() {
+            return Ok(Decision::CONTINUE);
+        }
         let ranked = self.ranked()?;
         if !self.qualifies(value, &ranked) {
             return Ok(Decision::CONTINUE);
@@ -141,9 +150,11 @@ impl Callback for BestCheckpoints {
             kiln_ml_core::Durability::Synced,
         )
         .map_err(|error| io_error(&error.path, error.action, error.source))?;
+        // The checkpoint first: a crash in between leaves a stray value file, never an
+        // unranked checkpoint that no later epoch would push out.
         for pushed_out in self.ranked()?.iter().skip(self.keep) {
-            remove(&pushed_out.path.with_extension(VALUE_EXTENSION))?;
             remove(&pushed_out.path)?;
+            remove(&pushed_out.path.with_extension(VALUE_EXTENSION))?;
         }
         Ok(Decision::CONTINUE)
     }
@@ -162,5 +173,75 @@ fn io_error(path: &Path, action: &'static str, source: std::io::Error) -> Error 
         path: path.to_path_buf(),
         action,
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EpochSummary;
+    use crate::callback::EpochMetrics;
+
+    /// Writes an empty file as the checkpoint, or nothing when it is not the writing replica.
+    struct FileWriter {
+        writes: bool,
+    }
+
+    impl CheckpointWriter for FileWriter {
+        fn write_checkpoint(&self, path: &Path) -> Result<()> {
+            if self.writes {
+                std::fs::write(path, b"checkpoint").unwrap();
+            }
+            Ok(())
+        }
+
+        fn writes_checkpoints(&self) -> bool {
+            self.writes
+        }
+    }
+
+    fn epoch_end(best: &mut BestCheckpoints, epoch: u64, value: f64, writes: bool) {
+        let mut metrics = EpochMetrics::default();
+        metrics.insert("m", value);
+        let summary = EpochSummary {
+            epoch,
+            ..EpochSummary::default()
+        };
+        let context = EpochContext {
+            summary: &summary,
+            metrics: &metrics,
+            step: 10 * (epoch + 1),
+        };
+        best.on_epoch_end(&context, &FileWriter { writes }).unwrap();
+    }
+
+    #[test]
+    fn a_replica_that_writes_no_checkpoints_leaves_the_directory_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut best = BestCheckpoints::new(dir.path(), "m", Mode::Min, 1);
+        epoch_end(&mut best, 0, 1.0, false);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        epoch_end(&mut best, 0, 1.0, true);
+        // Another replica's epoch end neither ranks nor prunes what rank 0 keeps.
+        epoch_end(&mut best, 1, 0.5, false);
+        assert_eq!(best.ranked().unwrap().len(), 1);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_checkpoint_without_its_value_file_is_not_ranked_and_does_not_stop_training() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut best = BestCheckpoints::new(dir.path(), "m", Mode::Min, 1);
+        // A crash between the checkpoint and its value file.
+        std::fs::write(dir.path().join("best-epoch-0-step-10.kiln"), b"checkpoint").unwrap();
+        assert!(best.ranked().unwrap().is_empty());
+        epoch_end(&mut best, 1, 0.5, true);
+        let ranked = best.ranked().unwrap();
+        assert_eq!(ranked.len(), 1);
+        assert!(ranked[0].path.ends_with("best-epoch-1-step-20.kiln"));
+        assert!(
+            dir.path().join("best-epoch-0-step-10.kiln").exists(),
+            "left alone"
+        );
     }
 }

@@ -127,8 +127,16 @@ impl Decision {
 /// its own ([`BestCheckpoints`](crate::BestCheckpoints)).
 pub trait CheckpointWriter {
     /// Writes a checkpoint of the run to `path` atomically, as
-    /// [`Trainer::save_checkpoint`](crate::Trainer::save_checkpoint) does.
+    /// [`Trainer::save_checkpoint`](crate::Trainer::save_checkpoint) does. Does nothing where
+    /// [`writes_checkpoints`](Self::writes_checkpoints) is false.
     fn write_checkpoint(&self, path: &Path) -> Result<()>;
+
+    /// Whether this trainer writes checkpoints: a single trainer, or rank 0 of a data-parallel
+    /// group. A callback that keeps files of its own beside the checkpoints does its file work
+    /// only where this is true, so replicas sharing a directory do not race each other.
+    fn writes_checkpoints(&self) -> bool {
+        true
+    }
 }
 
 /// A callback run by [`Trainer::fit_with`](crate::Trainer::fit_with) after each epoch (after

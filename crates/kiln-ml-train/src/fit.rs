@@ -318,11 +318,10 @@ where
         }
         let directory = checkpoint.directory.clone();
         let keep = checkpoint.keep_last as usize;
-        let path = directory.join(crate::checkpoint_file::file_name(
-            self.counters.optimizer_steps,
-        ));
+        let step = self.counters.optimizer_steps;
+        let path = directory.join(crate::checkpoint_file::file_name(step));
         self.save_checkpoint(&path)?;
-        crate::checkpoint_file::prune(&directory, keep)
+        crate::checkpoint_file::prune(&directory, keep, step).map(drop)
     }
 }
 
@@ -340,5 +339,9 @@ where
             self.save_checkpoint(path)?;
         }
         Ok(())
+    }
+
+    fn writes_checkpoints(&self) -> bool {
+        Trainer::writes_checkpoints(self)
     }
 }
