@@ -187,18 +187,48 @@ pub fn latest_checkpoint(directory: &Path) -> Result<Option<PathBuf>> {
     Ok(list_checkpoints(directory)?.pop())
 }
 
-/// Deletes all but the newest `keep` checkpoints in `directory`.
-pub(crate) fn prune(directory: &Path, keep: usize) -> Result<()> {
+/// After the checkpoint of step `written` was written into `directory`: deletes all but the
+/// newest `keep` checkpoints up to that step, and sets aside those of later steps.
+///
+/// A checkpoint of a later step belongs to a trajectory this run abandoned (it resumed from an
+/// earlier checkpoint, say to roll back a divergence). Counted as newest, it would make the
+/// pruning delete the checkpoint just written, and `latest_checkpoint` would resume the
+/// abandoned run at the next restart. It is renamed `….kiln.abandoned` (kept, and no longer
+/// listed), with a warning. Returns the files set aside.
+pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<PathBuf>> {
     let files = list_checkpoints(directory)?;
-    let excess = files.len().saturating_sub(keep);
-    for path in &files[..excess] {
+    let (ours, later): (Vec<PathBuf>, Vec<PathBuf>) = files.into_iter().partition(|path| {
+        path.file_name()
+            .and_then(|name| step_of(name.to_str()?))
+            .is_some_and(|step| step <= written)
+    });
+    let mut set_aside = Vec::with_capacity(later.len());
+    for path in later {
+        let mut abandoned = path.clone().into_os_string();
+        abandoned.push(".abandoned");
+        let abandoned = PathBuf::from(abandoned);
+        std::fs::rename(&path, &abandoned).map_err(|source| Error::CheckpointIo {
+            path: path.clone(),
+            action: "set aside a later step's checkpoint",
+            source,
+        })?;
+        log::warn!(
+            "{} is from a later step than this run's checkpoint of step {written} (a trajectory \
+             it abandoned by resuming from an earlier one): renamed {}",
+            path.display(),
+            abandoned.display()
+        );
+        set_aside.push(abandoned);
+    }
+    let excess = ours.len().saturating_sub(keep);
+    for path in &ours[..excess] {
         std::fs::remove_file(path).map_err(|source| Error::CheckpointIo {
             path: path.clone(),
             action: "remove old checkpoint",
             source,
         })?;
     }
-    Ok(())
+    Ok(set_aside)
 }
 
 #[cfg(test)]
@@ -263,13 +293,38 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), b"x").unwrap();
         let latest = latest_checkpoint(dir.path()).unwrap().unwrap();
         assert!(latest.ends_with(file_name(30)));
-        prune(dir.path(), 2).unwrap();
+        assert!(prune(dir.path(), 2, 30).unwrap().is_empty());
         let left = list_checkpoints(dir.path()).unwrap();
         assert_eq!(left.len(), 2);
         assert!(left[0].ends_with(file_name(10)));
         assert_eq!(
             latest_checkpoint(&dir.path().join("missing")).unwrap(),
             None
+        );
+    }
+
+    #[test]
+    fn checkpoints_of_an_abandoned_later_trajectory_are_set_aside_not_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        // A run wrote steps 100, 200 and 300, was resumed from 100, and has just written 110.
+        for step in [100, 200, 300, 110] {
+            write_sections(&dir.path().join(file_name(step)), &[("s", b"x")]).unwrap();
+        }
+        let set_aside = prune(dir.path(), 1, 110).unwrap();
+        assert_eq!(set_aside.len(), 2);
+        assert!(set_aside[0].ends_with(format!("{}.abandoned", file_name(200))));
+        assert!(
+            set_aside.iter().all(|path| path.exists()),
+            "nothing deleted"
+        );
+        let left = list_checkpoints(dir.path()).unwrap();
+        assert_eq!(left.len(), 1);
+        assert!(left[0].ends_with(file_name(110)), "{left:?}");
+        assert!(
+            latest_checkpoint(dir.path())
+                .unwrap()
+                .unwrap()
+                .ends_with(file_name(110))
         );
     }
 }
