@@ -245,7 +245,9 @@ where
         self.check_data_key = state.data_key.is_some();
         self.last_loss = state.last_loss.map(LastLoss::Read);
         self.window = Default::default();
-        self.epoch_started = state.position.consumed > 0 || state.counters.epoch_batches > 0;
+        // Mid-epoch or not, this trainer's observers have not heard the epoch start: the next
+        // batch announces it (loggers and the profiler tag what follows by it).
+        self.epoch_started = false;
         Ok(self.position)
     }
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use burn::lr_scheduler::linear::{LinearLrScheduler, LinearLrSchedulerConfig};
 use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_ml_core::{Position, PositionedBatches};
+use kiln_ml_core::{Event, Position, PositionedBatches};
 use kiln_ml_train::{Error, Preset, Trainer, TrainerConfig, latest_checkpoint};
 use rand::Rng;
 
@@ -120,6 +120,17 @@ fn resumed_run_matches<B: AutodiffBackend>(device: B::Device, base: TrainerConfi
     second
         .fit_with(|p| epoch_data(&batches, p), |t, _| draw(t, &mut draws))
         .unwrap();
+
+    // The resumed trainer's observers hear the epoch it resumes in start, then the next.
+    let started: Vec<u64> = second_steps
+        .events()
+        .iter()
+        .filter_map(|event| match event {
+            Event::EpochStart { epoch } => Some(*epoch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [1, 2]);
 
     let mut resumed = common::step_reports(&first_steps);
     resumed.extend(common::step_reports(&second_steps));
