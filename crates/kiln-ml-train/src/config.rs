@@ -144,7 +144,8 @@ pub struct TrainerConfig {
     /// other random ops are a function of the step and resume reproduces them exactly.
     /// Default false.
     pub reseed_every_step: bool,
-    /// Stop [`fit`](crate::Trainer::fit) after this many optimizer steps in total. Default none.
+    /// Stop [`fit`](crate::Trainer::fit) after this many optimizer steps in total, writing a
+    /// checkpoint of that step when checkpoints are on (whatever their schedule). Default none.
     pub max_steps: Option<u64>,
     /// Train on at most this many batches per epoch (the `ci` preset's handful). Default none.
     pub max_batches_per_epoch: Option<u64>,

@@ -81,6 +81,7 @@ where
     {
         let mut reached_max_steps = false;
         let mut stopped_early = None;
+        let steps_before_fit = self.counters.optimizer_steps;
         while self.epoch < self.config.num_epochs {
             let epoch = self.epoch;
             if self.max_steps_reached() {
@@ -122,6 +123,16 @@ where
                 stopped_early = Some(epoch);
                 break;
             }
+        }
+        // A run that trained up to `max_steps` ends with its state on disk, whatever the
+        // schedule (as Lightning's checkpoint callback saves when training stops), unless that
+        // step's checkpoint is already there.
+        let step = self.counters.optimizer_steps;
+        if reached_max_steps
+            && step > steps_before_fit
+            && self.last_scheduled_checkpoint != Some(step)
+        {
+            self.write_scheduled_checkpoint()?;
         }
         // The one readback `fit` adds: the summary's loss, once per call.
         let last_loss = self.last_loss()?;
@@ -321,6 +332,7 @@ where
         let step = self.counters.optimizer_steps;
         let path = directory.join(crate::checkpoint_file::file_name(step));
         self.save_checkpoint(&path)?;
+        self.last_scheduled_checkpoint = Some(step);
         crate::checkpoint_file::prune(&directory, keep, step).map(drop)
     }
 }

@@ -58,6 +58,8 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     /// Set by `load_checkpoint`: the next epoch `fit` opens must be the saved stream.
     pub(crate) check_data_key: bool,
     pub(crate) epoch_started: bool,
+    /// The optimizer step of the last checkpoint `fit` wrote into the configured directory.
+    pub(crate) last_scheduled_checkpoint: Option<u64>,
     pub(crate) last_loss: Option<LastLoss<B>>,
     /// Optimizer steps queued since the host last waited for the device, with the reads that
     /// tell when each ended.
@@ -138,6 +140,7 @@ where
             data_key: None,
             check_data_key: false,
             epoch_started: false,
+            last_scheduled_checkpoint: None,
             last_loss: None,
             run_ahead: RunAhead::new(),
             cast_plan,

@@ -214,6 +214,42 @@ fn fit_checkpoints_rotate_and_resume<B: AutodiffBackend>(device: B::Device) {
     );
 }
 
+/// A run stopped by `max_steps` in the middle of an epoch leaves that step's checkpoint,
+/// though its schedule (epoch ends only) would not write one there; it resumes from it.
+#[test]
+fn a_run_stopped_by_max_steps_leaves_its_checkpoint() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let at_epoch_ends = kiln_ml_train::CheckpointConfig::new(dir.path());
+    let stopping = config()
+        .with_checkpoint(Some(at_epoch_ends))
+        .with_max_steps(Some(4));
+    let mut run = trainer::<B>(&device, stopping, 1);
+    assert!(
+        run.fit(|p| epoch_data(&batches, p))
+            .unwrap()
+            .reached_max_steps
+    );
+    let names: Vec<String> = kiln_ml_train::list_checkpoints(dir.path())
+        .unwrap()
+        .iter()
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    // Three optimizer steps an epoch: epoch 0's end, then the stop one step into epoch 1.
+    assert_eq!(names, ["step-000000000003.kiln", "step-000000000004.kiln"]);
+    let mut resumed = trainer::<B>(&device, config(), 5);
+    let latest = latest_checkpoint(dir.path()).unwrap().unwrap();
+    assert_eq!(
+        resumed.load_checkpoint(&latest).unwrap(),
+        Position {
+            epoch: 1,
+            consumed: 2 * ROWS as u64
+        }
+    );
+}
+
 /// Checkpoints are refused mid-window, and a run with other numerics is refused on load,
 /// naming the field; a damaged file names the problem.
 fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
