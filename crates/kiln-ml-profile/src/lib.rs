@@ -58,6 +58,7 @@ mod memory;
 mod monitor;
 mod phase;
 mod report;
+mod serde_losses;
 mod serde_seconds;
 mod serde_seconds_option;
 mod throughput;

@@ -77,7 +77,9 @@ pub struct RunMeasurement {
     pub data_wait_share: f64,
     /// The device's mean utilization during the run (NVML), when known.
     pub gpu_utilization_percent: Option<f64>,
-    /// The losses the steps reported, in order (the cached run's show whether it learns).
+    /// The losses the steps reported, in order (the cached run's show whether it learns). In
+    /// JSON a non-finite loss is `null`, read back as `NaN`.
+    #[serde(with = "crate::serde_losses")]
     pub losses: Vec<f64>,
 }
 

@@ -87,20 +87,34 @@ pub fn summarize_samples<'a>(
 }
 
 /// Summaries per phase: a sample belongs to the span whose `[start, end)` holds its `at`.
-/// [`Action::Step`] spans are ignored (they cover the phases); samples outside every span are
-/// left out, and so are actions no sample fell in. Spans of a run do not overlap; if two did,
-/// a sample in both would go to the one that started later.
+/// [`Action::Step`] spans are ignored (they cover the phases). An [`Action::FirstStep`] span
+/// (from the start of `fit` to the end of its first step: kernel compilation on a GPU) covers
+/// that step's phases too, and takes every sample inside it, so the phases' rows describe
+/// steady steps, as the phase table's do. Samples outside every span are left out, and so are
+/// actions no sample fell in. The phases of a run do not overlap; if two did, a sample in both
+/// would go to the one that started later.
 pub fn summaries_by_phase(
     samples: &[DeviceSample],
     spans: &[Span],
 ) -> BTreeMap<Action, MonitorSummary> {
+    let first_steps: Vec<&Span> = spans
+        .iter()
+        .filter(|span| span.action == Action::FirstStep)
+        .collect();
     let mut phases: Vec<&Span> = spans
         .iter()
-        .filter(|span| span.action != Action::Step)
+        .filter(|span| !matches!(span.action, Action::Step | Action::FirstStep))
         .collect();
     phases.sort_by_key(|span| span.start);
     let mut grouped: BTreeMap<Action, Vec<&DeviceSample>> = BTreeMap::new();
     for sample in samples {
+        if first_steps
+            .iter()
+            .any(|span| span.start <= sample.at && sample.at < span.end())
+        {
+            grouped.entry(Action::FirstStep).or_default().push(sample);
+            continue;
+        }
         let after = phases.partition_point(|span| span.start <= sample.at);
         if let Some(span) = after.checked_sub(1).map(|index| phases[index])
             && sample.at < span.end()
@@ -203,6 +217,29 @@ mod tests {
         assert_eq!(phases.len(), 3);
         let forward = phases[&Action::Forward].get("gpu_utilization_percent");
         assert_eq!(forward.map(|s| (s.min, s.max)), Some((20.0, 150.0)));
+    }
+
+    #[test]
+    fn the_first_step_takes_its_samples_from_the_phases_it_covers() {
+        let spans = [
+            // `fit` starts at 0; its first step compiles until 300.
+            span(Action::FirstStep, 0, 300),
+            span(Action::Step, 10, 300),
+            span(Action::Forward, 10, 200),
+            span(Action::Backward, 200, 290),
+            span(Action::Step, 300, 320),
+            span(Action::Forward, 300, 310),
+            span(Action::Backward, 310, 320),
+        ];
+        let samples: Vec<DeviceSample> = [5, 100, 250, 295, 305, 315]
+            .into_iter()
+            .map(|at| sample(at, Some(at as f64)))
+            .collect();
+        let phases = summaries_by_phase(&samples, &spans);
+        let count = |action| phases.get(&action).map(|s: &MonitorSummary| s.samples);
+        assert_eq!(count(Action::FirstStep), Some(4));
+        assert_eq!(count(Action::Forward), Some(1));
+        assert_eq!(count(Action::Backward), Some(1));
     }
 
     #[test]

@@ -52,14 +52,13 @@ fn render(
     let rows = Rows::of(spans);
     let (shown, note) = window(spans, MAX_SPANS);
     let time = time_range(&shown, samples);
-    let samples: Vec<&DeviceSample> = match note {
-        // Only the samples that fall in the window shown, so the axes stay aligned.
-        Some(_) => samples
-            .iter()
-            .filter(|sample| time.contains(&seconds(sample.at)))
-            .collect(),
-        None => samples.iter().collect(),
-    };
+    // Only the samples in the time the spans cover (the monitor may start before `fit` and
+    // stop after it): plotters clamps points past the axes onto the plot's edge, where the
+    // others would stack as a false vertical line.
+    let samples: Vec<&DeviceSample> = samples
+        .iter()
+        .filter(|sample| time.contains(&seconds(sample.at)))
+        .collect();
     let heading = match &note {
         Some(note) => format!("{title} ({note})"),
         None => title.to_owned(),
@@ -129,6 +128,27 @@ mod tests {
         assert!(!svg.contains("unavailable"), "{svg}");
         assert!(svg.contains("CPU %") && svg.contains("RAM used MiB"));
         assert!(svg.contains("time (s)"));
+    }
+
+    #[test]
+    fn samples_outside_the_spans_change_nothing_drawn() {
+        // Ten steps and a validation pass take 0.22 s; the monitor ran for 0.9 s, then once
+        // more 100 s later. Plotters clamps what lies past the axes onto the plot's edge, so
+        // those samples would stack there.
+        let spans = steps(10);
+        let mut samples = host_samples(10);
+        samples.push(DeviceSample {
+            at: Duration::from_secs(100),
+            ..samples[9].clone()
+        });
+        let end = spans.iter().map(Span::end).max().unwrap();
+        let within: Vec<DeviceSample> = samples
+            .iter()
+            .filter(|sample| sample.at < end)
+            .cloned()
+            .collect();
+        assert!(within.len() >= 2 && within.len() < samples.len());
+        assert_eq!(draw(&spans, &samples), draw(&spans, &within));
     }
 
     #[test]
