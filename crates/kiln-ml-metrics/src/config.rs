@@ -186,11 +186,10 @@ impl MetricsConfig {
         matches!(self.miss, MissRule::LateralLongitudinal { .. })
     }
 
-    /// Whether a miss needs a final step: under max distance with independent minima an agent
-    /// with any valid step can be scored.
+    /// Whether a miss needs a final step: under max distance an agent with any valid step can
+    /// be scored (its miss is every kept mode's, whatever the selection, and needs no FDE).
     pub(crate) fn miss_needs_final(&self) -> bool {
         !matches!(self.miss, MissRule::MaxDistance { .. })
-            || self.selection == ModeSelection::MinFde
     }
 
     /// The K values with their kept-mode counts for `modes` submitted modes, in config order.

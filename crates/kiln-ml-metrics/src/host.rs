@@ -159,7 +159,11 @@ fn measure_sequential(
                 &mut sums,
             );
         }
-        if let Some(boxes) = batch.boxes() {
+        // A prediction without a valid step at any horizon (a padding agent) has no overlap to
+        // count: Waymo is never given one.
+        if let Some(boxes) = batch.boxes()
+            && errors.has_path.iter().any(|&has| has)
+        {
             add_overlap(plan, batch, boxes, agents, &order, probabilities, &mut sums);
         }
     }

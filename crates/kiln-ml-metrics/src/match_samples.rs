@@ -4,6 +4,7 @@
 use crate::config::MetricsConfig;
 use crate::mode_errors::{BatchPlan, UnitErrors};
 use crate::precision_sums::{MatchOutcome, MatchSample};
+use crate::selection::cmp_signless;
 use crate::sums::MetricSums;
 use crate::trajectory_type::TrajectoryType;
 
@@ -46,7 +47,7 @@ pub(crate) fn add_match_samples(
             by_confidence.clear();
             by_confidence.extend_from_slice(&order[..kept]);
             // Stable: equal confidences keep their rank order.
-            by_confidence.sort_by(|&a, &b| confidences[b].total_cmp(&confidences[a]));
+            by_confidence.sort_by(|&a, &b| cmp_signless(confidences[b], confidences[a]));
             let mut matched = false;
             let samples = by_confidence.iter().map(|&mode| {
                 let outcome = match (miss[mode], matched) {

@@ -39,7 +39,8 @@ pub enum TieOrder {
     HigherIndexFirst,
 }
 
-/// When a hypothesis (and then an agent) counts as a miss.
+/// When a hypothesis (and then an agent) counts as a miss: the selected mode's under
+/// [`ModeSelection::MinFde`] (except the max distance's), every kept mode's otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum MissRule {
     /// FDE > threshold; exactly the threshold is a hit (Argoverse 1 and 2, QCNet `'FDE'`).

@@ -104,10 +104,17 @@ impl HorizonReport {
             fde_units: sums.fde.count,
             ade: sums.ade.value(),
             fde: sums.fde.value(),
+            // A state saved before mAP existed has no precision sums: its entries still report,
+            // with no mAP.
             top_k: top_k
                 .iter()
-                .zip(sums.top_k.iter().zip(&sums.precision))
-                .map(|(&k, (sums, precision))| TopKReport::new(k, sums, precision))
+                .zip(&sums.top_k)
+                .enumerate()
+                .map(|(index, (&k, top))| {
+                    let none = PrecisionSums::default();
+                    let precision = sums.precision.get(index).unwrap_or(&none);
+                    TopKReport::new(k, top, precision)
+                })
                 .collect(),
         }
     }

@@ -2,7 +2,7 @@
 
 use crate::config::MetricsConfig;
 use crate::mode_errors::{BatchPlan, UnitErrors};
-use crate::policy::{ModeSelection, Pruning, TieOrder};
+use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
 use crate::sums::{MetricSums, TopKSums};
 
 /// Fills `order` with the mode indices from highest to lowest rank.
@@ -19,12 +19,19 @@ pub(crate) fn rank_modes(
     if let (Pruning::ByProbability { ties }, Some(p)) = (pruning, probabilities) {
         match ties {
             // `sort_by` is stable: equal probabilities keep the lower index first.
-            TieOrder::LowerIndexFirst => order.sort_by(|&a, &b| p[b].total_cmp(&p[a])),
+            TieOrder::LowerIndexFirst => order.sort_by(|&a, &b| cmp_signless(p[b], p[a])),
             TieOrder::HigherIndexFirst => {
-                order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(b.cmp(&a)))
+                order.sort_by(|&a, &b| cmp_signless(p[b], p[a]).then(b.cmp(&a)))
             }
         }
     }
+}
+
+/// `a` against `b` in `f32::total_cmp`'s order, except that −0 and +0 are equal, as they are
+/// to the tensor path's comparisons and to a stable sort by value (Argoverse's): a
+/// probability of −0 passes the `>= 0` check and must tie with 0, not rank below it.
+pub(crate) fn cmp_signless(a: f32, b: f32) -> std::cmp::Ordering {
+    (a + 0.0).total_cmp(&(b + 0.0))
 }
 
 /// Adds one prediction's values to `sums`.
@@ -82,9 +89,11 @@ pub(crate) fn accumulate_unit(
                 ModeSelection::MinFde => best_fde,
                 ModeSelection::Independent => best_ade,
             };
-            let missed = match config.selection {
-                ModeSelection::MinFde => miss[best_fde],
-                ModeSelection::Independent => !any_hit,
+            // The max distance misses when every kept mode does, whatever the selection
+            // (nuScenes; QCNet's MAXDE, the minimum over modes, under its min-FDE default).
+            let missed = match (config.selection, config.miss) {
+                (_, MissRule::MaxDistance { .. }) | (ModeSelection::Independent, _) => !any_hit,
+                (ModeSelection::MinFde, _) => miss[best_fde],
             };
             let probability = |mode: usize| {
                 probabilities.map(|p| {
@@ -175,6 +184,16 @@ impl Selected {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_negative_zero_probability_ties_with_zero() {
+        let mut order = Vec::new();
+        let by_probability = Pruning::ByProbability {
+            ties: TieOrder::LowerIndexFirst,
+        };
+        rank_modes(by_probability, 2, Some(&[-0.0, 0.0]), &mut order);
+        assert_eq!(order, [0, 1]);
+    }
 
     #[test]
     fn ranking_orders_ties_as_configured() {

@@ -195,6 +195,11 @@ mod tests {
             "brier_min_fde":{"sum":0.0,"count":0},"p_min_ade":{"sum":0.0,"count":0},
             "p_min_fde":{"sum":0.0,"count":0},"p_miss":{"sum":0.0,"count":0}}]}]}"#;
         let mut old: MetricSums = serde_json::from_str(old).unwrap();
+        // Reported as it is, its top-K entry is there (with no mAP).
+        let mut config = crate::MetricsConfig::argoverse2();
+        config.top_k = vec![6];
+        let report = crate::MetricReport::new(&config, &old);
+        assert_eq!(report.at(6).and_then(|entry| entry.min_fde), Some(2.0));
         let current = MetricSums::zeros(1, 1);
         assert!(old.same_layout(&current));
         old.merge(&current);

@@ -4,7 +4,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::MetricsConfig;
-use crate::policy::{ModeSelection, Pruning, TieOrder};
+use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
 use crate::sums::{Mean, MetricSums};
 use crate::tensor::TensorTrajectoryBatch;
 use crate::tensor::locate::{Check, checks, locate_error};
@@ -316,9 +316,13 @@ fn select<B: Backend>(
         }
         ModeSelection::Independent => best(&errors.ade),
     };
-    let missed = match config.selection {
-        ModeSelection::MinFde => (errors.miss.clone() * fde_mode.clone()).sum_dim(1),
-        ModeSelection::Independent => errors
+    // The max distance misses when every kept mode does, whatever the selection (see the host
+    // path's `accumulate_unit`).
+    let missed = match (config.selection, config.miss) {
+        (ModeSelection::MinFde, miss) if !matches!(miss, MissRule::MaxDistance { .. }) => {
+            (errors.miss.clone() * fde_mode.clone()).sum_dim(1)
+        }
+        _ => errors
             .miss
             .clone()
             .mask_fill(dropped.clone(), 1.0)

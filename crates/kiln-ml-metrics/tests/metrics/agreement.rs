@@ -209,9 +209,13 @@ proptest! {
         (config, case) in config_and_case()
     ) {
         // Under min-FDE selection a joint prediction misses when at least one agent of the
-        // selected hypothesis does: miss_rate / agents <= actor_miss_rate <= miss_rate.
+        // selected hypothesis does: miss_rate / agents <= actor_miss_rate <= miss_rate. (Not
+        // under the max distance, whose miss is every kept mode's whatever the selection.)
         let mut config = config;
         config.selection = ModeSelection::MinFde;
+        if let MissRule::MaxDistance { threshold_m, .. } = config.miss {
+            config.miss = MissRule::FinalDistance { threshold_m };
+        }
         let agents = config.agents_per_prediction as f64;
         let report = case.host(&config).unwrap();
         for horizon in &report.horizons {

@@ -8,6 +8,7 @@ mod actor_miss_rate;
 mod agreement;
 mod degenerate_probabilities;
 mod low_precision;
+mod max_distance_miss;
 mod overlap_rate;
 mod padded_agents;
 mod read_back_once;

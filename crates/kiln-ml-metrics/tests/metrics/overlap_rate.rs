@@ -113,6 +113,20 @@ fn a_joint_prediction_overlaps_when_any_agent_does() {
 }
 
 #[test]
+fn a_padding_agent_adds_no_overlap() {
+    // Agent 0 follows the ground truth; agent 1 pads the batch (an all-false validity row), and
+    // its junk forecast runs into object 1. Only agent 0 is a prediction the rate counts.
+    let truth_1: Vec<[f32; 2]> = vec![[0.0, 0.0]; 4];
+    let mut case = Case::from_points(&[vec![line(0.0)], vec![line(3.0)]], &[line(0.0), truth_1])
+        .with_probabilities(&[1.0, 1.0]);
+    case.valid = Some([[true; 4], [false; 4]].concat());
+    assert_eq!(
+        overlap_rates(&case, &config(1), &[0, 0]),
+        [[0.0, 0.0], [0.0, 0.0]]
+    );
+}
+
+#[test]
 fn bad_boxes_are_named() {
     let (mut boxes, valid) = scene();
     assert!(matches!(
