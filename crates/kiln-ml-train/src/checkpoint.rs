@@ -15,7 +15,9 @@ use crate::clipping::read_scalar;
 use crate::param_shapes::{first_shape_difference, param_shapes};
 use crate::rng::{RngState, rng_from_state, rng_state};
 use crate::trainer::LastLoss;
-use crate::{Counters, Error, LossScalerState, Result, TrainStep, Trainer, TrainerConfig};
+use crate::{
+    Counters, Error, LossScalerState, Precision, Result, TrainStep, Trainer, TrainerConfig,
+};
 
 /// Burn's named MessagePack in memory, f32 kept as f32: exact, and it reports decode errors
 /// instead of panicking (Burn's bincode bytes recorder panics on bad input).
@@ -287,7 +289,15 @@ fn check_numerics(path: &Path, saved: &TrainerConfig, current: &TrainerConfig) -
             text(&current.reseed_every_step),
         ),
     ];
-    for (field, saved, current) in pairs {
+    // Which modules stay in f32 shapes the numbers only under mixed precision.
+    let policy = (current.precision != Precision::F32).then(|| {
+        (
+            "precision_policy",
+            text(&saved.precision_policy),
+            text(&current.precision_policy),
+        )
+    });
+    for (field, saved, current) in pairs.into_iter().chain(policy) {
         if saved != current {
             return Err(Error::CheckpointMismatch {
                 path: path.to_path_buf(),

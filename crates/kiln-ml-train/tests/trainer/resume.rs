@@ -250,6 +250,36 @@ fn a_run_stopped_by_max_steps_leaves_its_checkpoint() {
     );
 }
 
+/// Under mixed precision, which modules stay in f32 changes the numbers: a checkpoint is
+/// refused by a run that keeps others; in f32, where nothing is cast, it loads.
+#[test]
+fn the_precision_policy_must_match_under_mixed_precision() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(2, ROWS, 3, &device);
+    let dir = tempfile::tempdir().unwrap();
+    for precision in [
+        kiln_ml_train::Precision::F16Mixed,
+        kiln_ml_train::Precision::F32,
+    ] {
+        let path = dir.path().join(format!("{precision}.kiln"));
+        let mut run = trainer::<B>(&device, config().with_precision(precision), 1);
+        for batch in &batches {
+            run.train_batch(batch.clone()).unwrap();
+        }
+        run.save_checkpoint(&path).unwrap();
+        let mut other = config().with_precision(precision);
+        other.precision_policy.keep_norms_f32 = false;
+        let loaded = trainer::<B>(&device, other, 1).load_checkpoint(&path);
+        if precision == kiln_ml_train::Precision::F32 {
+            loaded.unwrap();
+        } else {
+            let error = loaded.unwrap_err().to_string();
+            assert!(error.contains("precision_policy"), "{error}");
+        }
+    }
+}
+
 /// Checkpoints are refused mid-window, and a run with other numerics is refused on load,
 /// naming the field; a damaged file names the problem.
 fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
