@@ -40,7 +40,9 @@ pub struct ChildCommand {
     pub program: PathBuf,
     /// Its arguments: by default this process's own.
     pub args: Vec<String>,
-    /// A trial running longer than this is killed and reported as a failure.
+    /// A trial running longer than this is killed and reported as a failure. Only `program`'s
+    /// own process is killed: run the trial program itself, not through a wrapper (a shell,
+    /// `cargo run`), whose children would outlive the timeout.
     pub timeout: Duration,
 }
 
@@ -140,16 +142,21 @@ pub(crate) fn run_in_child(
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                // The pipes close with the child, so the drains end.
-                let _ = stdout.join();
-                let _ = stderr.join();
+                // The pipes close with the child, so the drains end, unless a process it
+                // started holds them open (a wrapper's): then they are left to end on their own.
+                let _ = join_within(stdout, PIPE_GRACE);
+                let _ = join_within(stderr, PIPE_GRACE);
                 return Err(child_error(format!(
                     "ran longer than {:?} and was killed",
                     command.timeout
                 )));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(error) => return Err(child_error(format!("could not be waited for: {error}"))),
+            Err(error) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(child_error(format!("could not be waited for: {error}")));
+            }
         }
     };
     let stdout = stdout.join().unwrap_or_default();
@@ -185,6 +192,22 @@ pub(crate) fn run_in_child(
         "exited ({status}) without an answer; did its main call serve_child_trial first? \
          stderr: {tail}"
     )))
+}
+
+/// How long a killed child's pipes may stay open before the parent stops waiting for them.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
+/// The thread's result if it ends within `grace`; `None` (and the thread left to end by
+/// itself) otherwise.
+fn join_within<T>(handle: std::thread::JoinHandle<T>, grace: Duration) -> Option<T> {
+    let deadline = Instant::now() + grace;
+    while !handle.is_finished() {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    handle.join().ok()
 }
 
 fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
@@ -264,5 +287,21 @@ mod tests {
         slow.timeout = Duration::from_millis(200);
         let error = run_in_child(&slow, 4, 3, None).unwrap_err().to_string();
         assert!(error.contains("killed"), "{error}");
+    }
+
+    #[test]
+    fn a_grandchild_holding_the_pipes_does_not_hold_the_parent() {
+        // A wrapper whose child outlives it keeps stdout open for 20 s after the kill.
+        let mut wrapper = shell("sleep 20 & sleep 20");
+        wrapper.timeout = Duration::from_millis(200);
+        let started = Instant::now();
+        let error = run_in_child(&wrapper, 4, 3, None).unwrap_err().to_string();
+        assert!(error.contains("killed"), "{error}");
+        // Not a speed bound: without the grace period the parent waits out the grandchild.
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
