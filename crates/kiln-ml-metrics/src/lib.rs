@@ -46,6 +46,7 @@ mod batch;
 mod burn_train;
 #[cfg(feature = "burn-train")]
 mod burn_train_batch;
+mod confidence_order;
 mod config;
 mod error;
 mod host;

@@ -1,10 +1,10 @@
 //! Waymo's mAP samples of one prediction (`ComputeMeanAveragePrecision` in
 //! `motion_metrics.cc`): its kept hypotheses by confidence, the first match a true positive.
 
+use crate::confidence_order::cmp_signless;
 use crate::config::MetricsConfig;
 use crate::mode_errors::{BatchPlan, UnitErrors};
 use crate::precision_sums::{MatchOutcome, MatchSample};
-use crate::selection::cmp_signless;
 use crate::sums::MetricSums;
 use crate::trajectory_type::TrajectoryType;
 

@@ -41,7 +41,7 @@ pub fn precision_recall_curve(
     ground_truth_count: usize,
 ) -> Vec<PrPoint> {
     samples.sort_by(|a, b| {
-        crate::selection::cmp_signless(b.confidence, a.confidence)
+        crate::confidence_order::cmp_signless(b.confidence, a.confidence)
             .then(a.true_positive.cmp(&b.true_positive))
     });
     let mut true_positives = 0usize;

@@ -1,5 +1,6 @@
 //! Ranking and selection: from per-hypothesis errors to one prediction's metric values.
 
+use crate::confidence_order::cmp_signless;
 use crate::config::MetricsConfig;
 use crate::mode_errors::{BatchPlan, UnitErrors};
 use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
@@ -25,13 +26,6 @@ pub(crate) fn rank_modes(
             }
         }
     }
-}
-
-/// `a` against `b` in `f32::total_cmp`'s order, except that −0 and +0 are equal, as they are
-/// to the tensor path's comparisons and to a stable sort by value (Argoverse's): a
-/// probability of −0 passes the `>= 0` check and must tie with 0, not rank below it.
-pub(crate) fn cmp_signless(a: f32, b: f32) -> std::cmp::Ordering {
-    (a + 0.0).total_cmp(&(b + 0.0))
 }
 
 /// Adds one prediction's values to `sums`.
