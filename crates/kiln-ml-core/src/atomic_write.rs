@@ -25,7 +25,7 @@ pub enum Durability {
 #[error("{action} {path}: {source}")]
 pub struct WriteError {
     /// What failed ("creating a temporary file in", "writing", "syncing", "renaming into
-    /// place").
+    /// place", "syncing the directory").
     pub action: &'static str,
     /// The file or directory it failed on.
     pub path: PathBuf,
@@ -35,7 +35,8 @@ pub struct WriteError {
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory (named
-/// `.NAME.XXXXXX.tmp`, so a crash leaves only dot-files ending in `.tmp` behind) and a rename.
+/// `.NAME.XXXXXX.tmp`, NAME cut to 200 bytes, so a crash leaves only dot-files ending in `.tmp`
+/// behind) and a rename.
 /// The directory must exist (a cache whose directory went away fails its write rather than
 /// recreating it). Readers see the old file or the new one, never a part. The
 /// file gets the usual mode (0644 on Unix), not a temporary file's private one.
@@ -66,7 +67,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> Result
     let name = path
         .file_name()
         .map_or_else(|| "file".into(), |name| name.to_string_lossy());
-    let prefix = format!(".{name}.");
+    let prefix = format!(".{}.", shortened(&name, MAX_PREFIX_NAME_BYTES));
     let mut builder = tempfile::Builder::new();
     builder.prefix(&prefix).suffix(".tmp");
     #[cfg(unix)]
@@ -84,12 +85,41 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> Result
     file.persist(path)
         .map_err(|error| failed("renaming into place", path)(error.error))?;
     if durability == Durability::Synced {
-        // The rename is durable once the directory is; not every platform can sync one.
-        if let Ok(handle) = std::fs::File::open(directory) {
-            let _ = handle.sync_all();
-        }
+        sync_directory(directory).map_err(failed("syncing the directory", directory))?;
     }
     Ok(())
+}
+
+/// The most bytes of the destination's name in the temporary file's: with the dot, the
+/// random part and `.tmp` a full 255-byte name would exceed what file systems allow.
+const MAX_PREFIX_NAME_BYTES: usize = 200;
+
+/// `name` cut to at most `max` bytes, at a character boundary.
+fn shortened(name: &str, max: usize) -> &str {
+    let mut end = name.len().min(max);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+/// Flushes `directory`'s entries, so that a rename into it survives a power loss. On Unix a
+/// failure is an error, except where the file system cannot sync a directory (`EINVAL`);
+/// elsewhere directories cannot be opened for it, and the rename is as durable as the platform
+/// makes it.
+fn sync_directory(directory: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        match std::fs::File::open(directory)?.sync_all() {
+            Err(error) if error.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+            other => other,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = directory;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +149,18 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o644);
         }
+    }
+
+    #[test]
+    fn a_name_near_the_file_system_limit_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        // 250 bytes, with multi-byte characters across the cut.
+        let name = format!("{}{}.json", "é".repeat(100), "x".repeat(45));
+        assert_eq!(name.len(), 250);
+        let path = dir.path().join(&name);
+        write_atomic(&path, b"data", Durability::Synced).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"data");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -76,7 +76,13 @@ impl FromStr for Fingerprint {
         let error = || ParseFingerprintError {
             text: text.to_owned(),
         };
-        if text.len() != 32 {
+        // Exactly the form `Display` writes: `from_str_radix` alone would also take a sign and
+        // upper-case digits, so two names could read as one fingerprint.
+        if text.len() != 32
+            || !text
+                .bytes()
+                .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+        {
             return Err(error());
         }
         u128::from_str_radix(text, 16)
@@ -205,6 +211,10 @@ mod tests {
         assert_eq!(serde_json::from_str::<Fingerprint>(&json).unwrap(), value);
         assert!("xyz".parse::<Fingerprint>().is_err());
         assert!("g".repeat(32).parse::<Fingerprint>().is_err());
+        // Only the form `Display` writes: no sign, no upper case.
+        assert!(format!("+{}", &PINNED[1..]).parse::<Fingerprint>().is_err());
+        assert!(PINNED.to_uppercase().parse::<Fingerprint>().is_err());
+        assert!(PINNED.parse::<Fingerprint>().is_ok());
     }
 
     #[test]

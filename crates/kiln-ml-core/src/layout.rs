@@ -317,7 +317,9 @@ impl LayoutBuilder {
                 first_sample: self.next_sample,
                 rows,
             });
-            self.next_sample += rows;
+            // Wrapping: ids past u64 are `build`'s error to report (its validation checks
+            // every block's end), in debug builds as in release.
+            self.next_sample = self.next_sample.wrapping_add(rows);
         }
         self.fingerprint = fingerprint;
         file
@@ -353,6 +355,18 @@ mod tests {
         assert_eq!(layout.num_files(), 3);
         assert_eq!(layout.blocks()[3].file, 2);
         assert_eq!(layout.blocks()[2].samples(), 3..5);
+    }
+
+    #[test]
+    fn more_samples_than_u64_holds_are_an_error_not_a_panic() {
+        let mut builder = Layout::builder();
+        builder.add_file(Fingerprint::of_bytes(b"huge"), &[u64::MAX, 1]);
+        let error = builder.build().unwrap_err();
+        assert!(
+            matches!(error, Error::InvalidLayout { block: 1, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("overflow"), "{error}");
     }
 
     #[test]
