@@ -80,11 +80,14 @@ pub enum GpuTuningError {
 impl GpuTuning {
     /// kiln's defaults: the cache root from the environment (see the module docs), CubeCL's
     /// default autotune level unless `KILN_AUTOTUNE_LEVEL` names one, and the kernel log on.
-    /// Fails with [`GpuTuningError::BadLevel`] when `KILN_AUTOTUNE_LEVEL` names no level.
+    /// Fails with [`GpuTuningError::BadLevel`] when `KILN_AUTOTUNE_LEVEL` names no level (an
+    /// empty value is no setting, as an empty `KILN_CACHE_DIR` is).
     pub fn from_env() -> Result<Self, GpuTuningError> {
         let autotune_level = match std::env::var("KILN_AUTOTUNE_LEVEL") {
-            Ok(text) => text.parse().map_err(GpuTuningError::BadLevel)?,
-            Err(_) => AutotuneLevel::default(),
+            Ok(text) if !text.trim().is_empty() => {
+                text.trim().parse().map_err(GpuTuningError::BadLevel)?
+            }
+            _ => AutotuneLevel::default(),
         };
         Ok(Self {
             cache_dir: default_cache_root().join("cubecl"),

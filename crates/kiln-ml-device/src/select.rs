@@ -10,20 +10,26 @@ use crate::vulkan::vulkan_adapters;
 
 /// Picks the device for a preference. [`DevicePreference::Cuda`] and
 /// [`DevicePreference::Wgpu`] fail when that device cannot be used; `Auto` and `Cpu` never
-/// fail, and the selection says why each faster choice was passed over.
+/// fail for want of a device, and the selection says why each faster choice was passed over.
+/// A `KILN_AUTOTUNE_LEVEL` that names no level fails every preference, so a command refused on
+/// a GPU machine is refused on every machine.
 ///
 /// When it picks a GPU, it makes [`GpuTuning::from_env`] CubeCL's settings (cache directory,
-/// autotune level, kernel log) unless settings were applied before.
+/// autotune level, kernel log) unless settings were applied before (by the caller, kept; by
+/// CubeCL itself, because a GPU device or tensor was made first: a warning says kiln's were not
+/// applied).
 pub fn select(preference: DevicePreference) -> Result<Selection, SelectError> {
+    let tuning = GpuTuning::from_env().map_err(SelectError::GpuTuning)?;
     let (selection, gpu_model) = choose(preference)?;
     if let Some(model) = gpu_model {
-        let applied = GpuTuning::from_env()
-            .map_err(SelectError::GpuTuning)?
-            .for_device(&model)
-            .apply();
-        match applied {
-            // Applied now, or by the user before: either way the GPU runs with kiln's choice.
-            Ok(_) | Err(GpuTuningError::AlreadyConfigured { .. }) => {}
+        match tuning.for_device(&model).apply() {
+            // Applied now, or by the caller before: the GPU runs with kiln's settings.
+            Ok(_) => {}
+            Err(GpuTuningError::AlreadyConfigured { .. }) if GpuTuning::applied().is_some() => {}
+            Err(GpuTuningError::AlreadyConfigured { by }) => log::warn!(
+                "kiln's GPU settings (kernel cache, autotune level, kernel log) were not applied: \
+                 {by}; select the device before making any GPU tensor"
+            ),
             Err(error) => return Err(SelectError::GpuTuning(error)),
         }
     }
