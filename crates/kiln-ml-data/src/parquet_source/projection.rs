@@ -37,6 +37,15 @@ impl Projection {
             Some(columns) => columns
                 .iter()
                 .map(|column| {
+                    // A name the file uses twice cannot tell which column is meant.
+                    let count = root_names.iter().filter(|name| *name == column).count();
+                    if count > 1 {
+                        return Err(Error::DuplicateColumn {
+                            path: path.to_owned(),
+                            column: column.clone(),
+                            count,
+                        });
+                    }
                     root_names
                         .iter()
                         .position(|name| name == column)

@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
-/// Retries of object-store requests (listing, footers, row groups) that fail transiently: a
-/// refused or dropped connection, a timeout, a 5xx or 429 answer. Missing objects, denied
-/// access and bad requests fail at once.
+/// Retries of object-store requests (listing, footers, row groups) that fail in a way that may
+/// pass: a refused or dropped connection, a timeout, a 5xx or 429 answer. A missing object,
+/// denied access, an invalid path or a failed precondition fail at once. Other HTTP errors
+/// (a 400, a 416) are retried too: object_store reports them as it reports a 5xx, and tells
+/// them apart only in text.
 ///
 /// The wait before retry `n` (from 1) is `initial_backoff × 2^(n-1)`, capped at `max_backoff`.
 /// After `attempts` requests the read fails with [`Error::Remote`](crate::Error::Remote),

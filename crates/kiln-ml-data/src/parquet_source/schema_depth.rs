@@ -5,15 +5,17 @@
 //!
 //! Only the start of `FileMetaData` is read: field 1 (`version`) and field 2 (`schema`, the
 //! schema elements flattened depth first), and in each element only field 5 (`num_children`).
-//! Anything unexpected ends the scan without a verdict, and the reader's own parse reports it.
+//! Unknown fields are skipped as the Parquet reader skips them (every Thrift compact type, UUIDs
+//! included, nested up to 64 levels), so a footer the scan cannot read is one the reader's own
+//! parse refuses: that ends the scan without a verdict, and the reader reports it.
 
 /// Deeper schemas are refused. Real schemas nest a few levels (lists of structs of lists);
 /// generated protobuf schemas a few dozen.
 pub(crate) const MAX_SCHEMA_DEPTH: usize = 128;
 
-/// Nesting (and so the recursion of the scan's skipping) that no footer field other than the
-/// schema needs.
-const MAX_SKIP_DEPTH: u32 = 32;
+/// Nesting of skipped fields: the Parquet reader's own limit (a crafted unknown field nested
+/// deeper fails its parse too).
+const MAX_SKIP_DEPTH: u32 = 64;
 
 /// The depth of the schema's deepest element (the root's children are at depth 1) when it
 /// exceeds `limit`;
@@ -47,6 +49,7 @@ const LIST: u8 = 9;
 const SET: u8 = 10;
 const MAP: u8 = 11;
 const STRUCT: u8 = 12;
+const UUID: u8 = 13;
 
 struct Scan<'a> {
     bytes: &'a [u8],
@@ -116,6 +119,7 @@ impl Scan<'_> {
                 self.varint()?;
             }
             DOUBLE => self.advance(8)?,
+            UUID => self.advance(16)?,
             BINARY => {
                 let length = usize::try_from(self.varint()?).ok()?;
                 self.advance(length)?;
@@ -242,6 +246,33 @@ mod tests {
         chain.push(0);
         assert_eq!(
             schema_deeper_than(&footer(&chain), MAX_SCHEMA_DEPTH),
+            Some(MAX_SCHEMA_DEPTH + 1)
+        );
+    }
+
+    #[test]
+    fn unknown_fields_the_reader_skips_are_skipped() {
+        // Each element of a 300-deep chain carries an unknown UUID field (id 9) and an unknown
+        // struct nested 40 levels: the reader skips both, so the scan must too.
+        let mut bytes = vec![0x15, 0x02, 0x19, 0xF0 | STRUCT];
+        let count = 301usize;
+        bytes.extend([(count as u8) | 0x80, (count >> 7) as u8]);
+        for index in 0..count {
+            bytes.extend([0x48, 0x01, b'n']); // field 4, binary "n"
+            if index < 300 {
+                bytes.extend([0x15, 1 << 1]); // field 5, i32: one child
+            }
+            bytes.push(0x40 | UUID); // field 9, uuid
+            bytes.extend([7; 16]);
+            for _ in 0..40 {
+                bytes.push(0x10 | STRUCT); // field +1, struct
+            }
+            bytes.extend([STOP; 40]);
+            bytes.push(STOP);
+        }
+        bytes.push(STOP);
+        assert_eq!(
+            schema_deeper_than(&bytes, MAX_SCHEMA_DEPTH),
             Some(MAX_SCHEMA_DEPTH + 1)
         );
     }

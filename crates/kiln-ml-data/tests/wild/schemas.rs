@@ -305,4 +305,14 @@ fn a_column_name_used_twice_is_refused() {
         "{error}"
     );
     assert!(error.to_string().contains("a.parquet"), "{error}");
+    // Asked for by name, too: the projection alone would hold one `id`, the file's first.
+    let error = ParquetSource::builder()
+        .dir(dir.path())
+        .columns(["id"])
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::DuplicateColumn { count: 2, .. }),
+        "{error}"
+    );
 }

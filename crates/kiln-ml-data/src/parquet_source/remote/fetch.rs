@@ -204,7 +204,8 @@ impl RemoteObject {
                 self.size, meta.size
             ))
         } else if let (Some(was), Some(now)) = (&self.e_tag, &meta.e_tag) {
-            (was != now).then(|| format!("its entity tag changed from {was} to {now}"))
+            (!same_entity_tag(was, now))
+                .then(|| format!("its entity tag changed from {was} to {now}"))
         } else {
             let now = meta.last_modified.timestamp();
             (now != self.modified_seconds).then(|| {
@@ -237,6 +238,18 @@ impl RemoteObject {
         }
         Ok(bytes)
     }
+}
+
+/// Whether two entity tags name the same version. Stores quote them unevenly (Azure's listing
+/// gives `0x8D…` where its GET answers `"0x8D…"`), and a weak tag (`W/"…"`) names its version
+/// too: compared without either.
+fn same_entity_tag(a: &str, b: &str) -> bool {
+    fn bare(tag: &str) -> &str {
+        let tag = tag.trim();
+        let tag = tag.strip_prefix("W/").unwrap_or(tag);
+        tag.trim_matches('"')
+    }
+    bare(a) == bare(b)
 }
 
 /// Runs a request until it succeeds, fails for good, or has been tried `retry.attempts()`
@@ -331,4 +344,25 @@ pub(crate) fn fetch_all_ends(objects: &[&RemoteObject]) -> Vec<Result<Tail>> {
     ends.into_iter()
         .map(|end| end.expect("every object belongs to one of the stores"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_entity_tag;
+
+    #[test]
+    fn entity_tags_compare_without_quotes_or_weakness() {
+        // Azure lists a blob's tag bare and answers a GET with it quoted.
+        assert!(same_entity_tag(
+            "0x8D93C7D4629C227",
+            "\"0x8D93C7D4629C227\""
+        ));
+        assert!(same_entity_tag("W/\"abc\"", "\"abc\""));
+        assert!(same_entity_tag("\"abc\"", "\"abc\""));
+        assert!(!same_entity_tag("\"abc\"", "\"abd\""));
+        assert!(!same_entity_tag(
+            "0x8D93C7D4629C227",
+            "\"0x8D93C7D4629C228\""
+        ));
+    }
 }
