@@ -68,7 +68,7 @@ where
         )
         .map_err(|message| membership.error("the broadcast of rank 0's weights", message))?;
         self.model = Some(model);
-        self.model_generation += 1;
+        self.model_generation = crate::step_hints::fresh_generation();
         self.membership = Some(membership);
         Ok(())
     }

@@ -17,6 +17,17 @@
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The next model generation handed out in this process.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A model generation no other trainer of this process has used: a fused optimizer cloned from
+/// one trainer into another must not take its kept buckets for the new trainer's model, though
+/// the parameter ids may match (a rolled-back copy, weights mapped in place).
+pub(crate) fn fresh_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
+}
 
 /// The trainer's hints for one optimizer step.
 #[derive(Debug, Clone, Copy, PartialEq)]

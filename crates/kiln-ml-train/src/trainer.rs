@@ -82,7 +82,8 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     /// step told (see `step_hints`).
     pub(crate) fused_optimizer: Option<bool>,
     /// Changes whenever the model changes other than through an optimizer step, so a fused
-    /// optimizer does not reuse parameter buckets of an older model.
+    /// optimizer does not reuse parameter buckets of an older model; unique in the process
+    /// (`step_hints::fresh_generation`), so neither those of another trainer's.
     pub(crate) model_generation: u64,
 }
 
@@ -152,7 +153,7 @@ where
             epoch_metrics: EpochMetrics::default(),
             ema: None,
             fused_optimizer: None,
-            model_generation: 0,
+            model_generation: crate::step_hints::fresh_generation(),
             config,
             device,
         })

@@ -268,6 +268,30 @@ fn fused_optimizers_forget_kept_parameters_when_a_checkpoint_loads<B: AutodiffBa
     assert_eq!(params(trainer.model()), params(resumed.model()));
 }
 
+/// A fused optimizer cloned from one trainer into a new one does not take the parameters it
+/// kept for the new trainer's model, though their ids match (a copy rolled back to the start).
+#[test]
+fn a_fused_optimizer_moved_to_a_new_trainer_steps_the_new_model() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let data = batches::<B>(6, BATCH, 7, &device);
+    let start = deep_model::<B>(&device);
+    let trainer = |optimizer| -> Trainer<B, Mlp<B>, _, f64> {
+        config(Precision::F32)
+            .init(start.clone(), optimizer, LEARNING_RATE, device)
+            .unwrap()
+    };
+    let mut first = trainer(FusedSgdConfig::new().init::<B>());
+    for batch in &data[..5] {
+        first.train_batch(batch.clone()).unwrap();
+    }
+    let mut moved = trainer(first.optimizer().clone());
+    moved.train_batch(data[5].clone()).unwrap();
+    let mut fresh = trainer(FusedSgdConfig::new().init::<B>());
+    fresh.train_batch(data[5].clone()).unwrap();
+    assert_eq!(params(moved.model()), params(fresh.model()));
+}
+
 /// Half a run with Burn's Adam, the other half with `FusedAdam` carrying Burn's moments over:
 /// the same parameters as Burn's Adam all the way (a restart of the moments would not be).
 fn fused_adam_continues_from_burns_adam_state<B: AutodiffBackend>(device: B::Device) {
