@@ -280,6 +280,53 @@ fn the_precision_policy_must_match_under_mixed_precision() {
     }
 }
 
+/// A model with running statistics on its root, as a user's model may keep them.
+#[derive(burn::module::Module, Debug)]
+struct Tracked<B: burn::tensor::backend::Backend> {
+    mlp: Mlp<B>,
+    mean: burn::module::RunningState<burn::tensor::Tensor<B, 1>>,
+}
+
+impl<B: AutodiffBackend> kiln_ml_train::TrainStep<B> for Tracked<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(
+        &self,
+        batch: Batch<B>,
+        autocast: &kiln_ml_train::Autocast,
+    ) -> kiln_ml_train::StepOutput<B, ()> {
+        self.mlp.step(batch, autocast)
+    }
+}
+
+/// Loading a checkpoint gives the root's running statistics the saved ids: a mixed-precision
+/// step after it still leaves them in f32 in the master (their low-precision copy shares them).
+#[test]
+fn a_loaded_root_running_state_stays_f32_under_mixed_precision() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(2, ROWS, 3, &device);
+    let tracked = || Tracked::<B> {
+        mlp: common::model::<B>(&device, 1),
+        mean: burn::module::RunningState::new(burn::tensor::Tensor::zeros([4], &device)),
+    };
+    let f16 = || TrainerConfig::new().with_precision(kiln_ml_train::Precision::F16Mixed);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tracked.kiln");
+    let mut first = Trainer::new(tracked(), AdamConfig::new().init(), 0.01, f16(), device).unwrap();
+    first.train_batch(batches[0].clone()).unwrap();
+    first.save_checkpoint(&path).unwrap();
+    let mut resumed =
+        Trainer::new(tracked(), AdamConfig::new().init(), 0.01, f16(), device).unwrap();
+    resumed.load_checkpoint(&path).unwrap();
+    resumed.train_batch(batches[1].clone()).unwrap();
+    assert_eq!(
+        resumed.model().mean.value().dtype(),
+        burn::tensor::DType::F32
+    );
+}
+
 /// Checkpoints are refused mid-window, and a run with other numerics is refused on load,
 /// naming the field; a damaged file names the problem.
 fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
