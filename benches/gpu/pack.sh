@@ -38,14 +38,19 @@ sources_id() {
   echo "$(git rev-parse "${SOURCES[@]/#/HEAD:}" | sha1sum | cut -c1-16)$dirty"
 }
 if [ "${1:-}" = --check ]; then
-  built=$(sed -n 's/^sources=//p' "$PACK_DIR/BUILT" 2>/dev/null || true)
+  recorded() { sed -n "s/^$1=//p" "$PACK_DIR/BUILT" 2>/dev/null || true; }
+  built=$(recorded sources)
   now=$(sources_id)
-  if [ -n "$built" ] && [ "$built" = "$now" ] && [[ "$now" != *+uncommitted ]]; then
-    echo "$PACK_DIR is current: $(tr '\n' ' ' <"$PACK_DIR/BUILT")"
-    exit 0
+  if [ -z "$built" ] || [ "$built" != "$now" ] || [[ "$now" == *+uncommitted ]]; then
+    echo "$PACK_DIR is stale or missing (built from ${built:-nothing}, sources now $now): run $0" >&2
+    exit 1
   fi
-  echo "$PACK_DIR is stale or missing (built from ${built:-nothing}, sources now $now): run $0" >&2
-  exit 1
+  # Every binary the record names is there (BUILT is written only after the size check).
+  for binary in $(recorded binaries); do
+    [ -s "$PACK_DIR/$binary.xz" ] || { echo "$PACK_DIR lacks $binary.xz: run $0" >&2; exit 1; }
+  done
+  echo "$PACK_DIR is current: $(tr '\n' ' ' <"$PACK_DIR/BUILT")"
+  exit 0
 fi
 [ $# -eq 0 ] || { echo "unknown argument: $1 (--check, or none)" >&2; exit 2; }
 
@@ -72,6 +77,9 @@ PY
 
 mkdir -p "$PACK_DIR"
 rm -f "$PACK_DIR"/*.xz "$PACK_DIR/BUILT"
+# What the build starts from: a change made while it runs makes the record say so.
+commit=$(git rev-parse --short=12 HEAD)
+sources=$(sources_id)
 messages=$(mktemp)
 trap 'rm -f "$messages"' EXIT
 echo "== building (CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION) into $CARGO_TARGET_DIR"
@@ -100,11 +108,6 @@ if ! ls "$PACK_DIR"/*.deb >/dev/null 2>&1 && command -v apt-get >/dev/null; then
   fi
   rm -rf "$lists"
 fi
-features=cuda,wgpu
-[ "$AUTOTUNE" = 1 ] && features="$features (+autotune: quickstart_autotune)"
-printf 'commit=%s\nsources=%s\nfeatures=%s\nCUDARC_CUDA_VERSION=%s\npacked=%s\n' \
-  "$(git rev-parse --short=12 HEAD)" "$(sources_id)" "$features" "$CUDARC_CUDA_VERSION" \
-  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$PACK_DIR/BUILT"
 total_kb=$(du -sk "$PACK_DIR" | cut -f1)
 ls -la "$PACK_DIR"
 echo "== $PACK_DIR: $((total_kb / 1024)) MiB (limit $LIMIT_MB MiB)"
@@ -112,3 +115,11 @@ if [ "$total_kb" -gt $((LIMIT_MB * 1024)) ]; then
   echo "too large to carry: drop an example from EXAMPLES or compress harder" >&2
   exit 1
 fi
+# If the sources changed while it built, the record says so and --check calls the pack stale.
+[ "$(sources_id)" = "$sources" ] || sources="$sources+changed-during-the-build"
+features=cuda,wgpu
+[ "$AUTOTUNE" = 1 ] && features="$features (+autotune: quickstart_autotune)"
+binaries=$(cd "$PACK_DIR" && ls -- *.xz | sed 's/\.xz$//' | tr '\n' ' ')
+printf 'commit=%s\nsources=%s\nfeatures=%s\nbinaries=%s\nCUDARC_CUDA_VERSION=%s\npacked=%s\n' \
+  "$commit" "$sources" "$features" "$binaries" "$CUDARC_CUDA_VERSION" \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$PACK_DIR/BUILT"

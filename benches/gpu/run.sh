@@ -17,20 +17,23 @@
 # (`quickstart_autotune`, from `AUTOTUNE=1 pack.sh`, with a kernel cache of its own), and the
 # quickstart on CUDA in bf16 on a cold cache (its time to first step; left out with --cache).
 # Then warm: the quickstart in bf16, in f32 without the profiler, as a plain Burn loop (kiln's
-# step against Burn's), in f32 with the profiler, the autotuned quickstart, f16 on CUDA, Burn's
-# sum against kiln's fixed-order sum (repeated: distinct results); the quickstart on Vulkan in
-# f16 and the products test on that adapter; kiln's FusedAdam and no bound on the steps queued;
-# the PyTorch peer with its tensors on the GPU; metrics_throughput, diagnose and find_batch_size
-# on CUDA. While a step runs, a watcher writes every 10 s what its process is doing (per-thread
-# state, CPU time and kernel wait channel, GPU utilization, the last kernel compiled), and every
-# line of the kernel log is timed: compiling and tuning tell themselves apart from a stall, and
-# gpu.json's `compilation` says where a cold first step's time went.
+# step against Burn's), Burn's sum against kiln's fixed-order sum (repeated: distinct results),
+# the quickstart in f32 with the profiler, the autotuned quickstart, f16 on CUDA; the
+# quickstart on Vulkan in f16 and the products test on that adapter; kiln's FusedAdam and no
+# bound on the steps queued; the PyTorch peer with its tensors on the GPU; metrics_throughput,
+# diagnose and find_batch_size on CUDA. While a step runs, a watcher writes every 10 s what its
+# process is doing (per-thread state, CPU time and kernel wait channel, GPU utilization, the
+# last kernel compiled), and every line of the kernel log is timed: compiling and tuning tell
+# themselves apart from a stall, and gpu.json's `compilation` says where a cold first step's
+# time went.
 #
 # Writes DIR/gpu.json (keys: device, time_to_first_step_s, kiln_step_ms, plain_burn_step_ms,
 # quickstart_min_ade, torch_min_ade, torch_seconds, cuda_tests_passed, cuda_tests_failed, null
-# where a part did not run; then the rest, per step, and `binaries`: pack.sh's record of the
-# commit they were built from), DIR/logs.tar.xz (every step's output and
-# watch log, the JSON of each) and DIR/cache.tar.xz (the kernel cache, to carry into the next run).
+# where a part did not run; then the rest, per step, with `distinct_sums` and `binaries`,
+# pack.sh's record of what they were built from), DIR/logs.tar.xz (every step's output and
+# watch log, the JSON of each) and DIR/cache.tar.xz (the kernel cache, to carry into the next
+# run). gpu.json and DIR/logs.partial.tar.gz are written after every step too, so a call cut
+# off before the end still returns what ran; keep --budget some 60 s under the call's limit.
 set -uo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -45,7 +48,7 @@ while [ $# -gt 0 ]; do
     --python) PYTHON=$2; shift 2 ;;
     --only) ONLY=",$2,"; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -61,7 +64,11 @@ START=$SECONDS
 # The machine: binaries, CUDA's run-time libraries, the Vulkan loader, kiln's cache.
 for packed in "$BIN"/*; do
   case "$packed" in
-    *.xz) xz -dc "$packed" >"$WORK/bin/$(basename "$packed" .xz)" ;;
+    *.xz)
+      # A truncated or unreadable file must not become an empty executable that "passes".
+      target="$WORK/bin/$(basename "$packed" .xz)"
+      xz -dc "$packed" >"$target" || { rm -f "$target"; echo "could not unpack $packed" >&2; }
+      ;;
     *.deb) ;;
     *) cp "$packed" "$WORK/bin/" ;;
   esac
@@ -76,10 +83,16 @@ if [ "$DRY" = 0 ]; then
     break
   done
   # The Vulkan loader and GL dispatch libraries pack.sh brought (never over what is there).
+  # Each package by the library it brings (the names differ in case and stem).
+  declare -A PROVIDES=([libvulkan1]=libvulkan.so.1 [libglvnd0]=libGLdispatch.so.0
+    [libglx0]=libGLX.so.0 [libegl1]=libEGL.so.1 [libgl1]=libGL.so.1
+    [libopengl0]=libOpenGL.so.0 [libgles2]=libGLESv2.so.2)
   for deb in "$BIN"/*.deb; do
     [ -f "$deb" ] || continue
-    library=$(basename "$deb" | cut -d_ -f1)
-    ldconfig -p | grep "^\s*${library%[0-9]}" >/dev/null || dpkg -x "$deb" /
+    package=$(basename "$deb" | cut -d_ -f1)
+    library=${PROVIDES[$package]:-}
+    [ -n "$library" ] || continue
+    ldconfig -p | grep -F " $library " >/dev/null || dpkg -x "$deb" /
   done
   ldconfig
   for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json \
@@ -116,6 +129,201 @@ fi
 DATA="$WORK/data"
 
 # ---------------------------------------------------------------------------------------------
+# gpu.json from the steps' own JSON, written after every step (quietly) and at the end, so a
+# run cut short still leaves what it measured.
+summarize() {
+python3 - "$LOGS" "$OUT/gpu.json" "$DRY" "$BIN/BUILT" "${1:-}" <<'PY'
+import json, os, re, subprocess, sys
+logs, out, dry, built = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
+quiet = sys.argv[5] == "quiet"
+
+def read(path):
+    """A file's text; bytes that are no UTF-8 (a log cut mid-character) are replaced."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+def safe(figure, *args):
+    """A figure, or what went wrong computing it: one bad log must not lose gpu.json."""
+    try:
+        return figure(*args)
+    except Exception as error:  # noqa: BLE001 (any failure is reported in place)
+        return {"error": repr(error)}
+
+def load(name):
+    try:
+        return json.loads(read(os.path.join(logs, name + ".json")))
+    except (OSError, ValueError):
+        return None
+
+def get(name, key):
+    figures = load(name)
+    return None if figures is None else figures.get(key)
+
+def same_run(first, second):
+    """Whether two runs of the same command trained to the same bits: every epoch's training
+    loss and validation figures equal (None when either did not finish)."""
+    runs = [load(name) for name in (first, second)]
+    if any(run is None or not run.get("epochs_run") for run in runs):
+        return None
+    keep = ("train_loss", "min_ade", "min_fde", "miss_rate", "ade_top1")
+    epochs = [[{key: epoch.get(key) for key in keep} for epoch in run["epochs_run"]] for run in runs]
+    return epochs[0] == epochs[1]
+
+def binaries():
+    """What pack.sh recorded of the binaries' build: commit, sources, features."""
+    try:
+        lines = read(built).splitlines()
+    except OSError:
+        return None
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+def distinct_sums():
+    """sum_repeatability's counts: per way of summing, the most distinct results over the
+    sizes it summed (1: every repeat gave the same bits)."""
+    figures = load("sum_repeatability")
+    if figures is None:
+        return None
+    ways = ("sum", "sum_dim", "mean", "fixed_order_sum")
+    return {way: max(len(size[way]) for size in figures["sizes"]) for way in ways}
+
+def device():
+    if dry:
+        return "cpu (flex), dry run"
+    try:
+        name, driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20).stdout.strip().split("\n")[0].split(", ")
+        return f"{name} (driver {driver})"
+    except Exception:
+        return get("doctor", "device") or None
+
+def tests():
+    import glob
+    files = sorted(glob.glob(os.path.join(logs, "cuda_tests*.log")))
+    if not files:
+        return None, None
+    text = "".join(read(f) for f in files)
+    if dry:
+        return None, None
+    # One summary per test process; a process without one hung or crashed: count what finished,
+    # and its unfinished tests as failed.
+    passed = len(re.findall(r"\.\.\. ok$", text, re.M))
+    failed = len(re.findall(r"\.\.\. FAILED$", text, re.M))
+    expected = sum(int(n) for n in re.findall(r"^running (\d+) tests?$", text, re.M))
+    return passed, max(failed, expected - passed)
+
+def compilation(name):
+    """What a step's kernel log says: kernels compiled and tuning runs, and the seconds after
+    each kind of kernel's line (its compilation, and the launches and tuning that follow it)."""
+    try:
+        lines = read(os.path.join(logs, name + ".kernels")).splitlines()
+    except OSError:
+        return None
+    start = end = None
+    events = []
+    for line in lines:
+        stamp, _, text = line.partition(" ")
+        if stamp == "#":
+            mark, _, when = text.partition(" ")
+            if mark == "start":
+                start = float(when)
+            elif mark == "end":
+                end = float(when)
+        else:
+            events.append((float(stamp), text))
+    if start is None or not events:
+        return None
+    events.sort(key=lambda event: event[0])
+    def kind(text):
+        if not text.startswith("[Compiling kernel]"):
+            return "tuning result" if text.startswith("Fastest result") else None
+        lowered = text.lower()
+        for part in ("matmul", "reduce", "fuse", "cast", "random", "prng"):
+            if part in lowered:
+                return {"fuse": "fused elementwise", "prng": "random"}.get(part, part)
+        return "other"
+    seconds, counts = {}, {}
+    stamps = [stamp for stamp, _ in events] + [end if end is not None else events[-1][0]]
+    for (stamp, text), following in zip(events, stamps[1:]):
+        label = kind(text)
+        if label is None:
+            continue
+        counts[label] = counts.get(label, 0) + 1
+        seconds[label] = seconds.get(label, 0.0) + max(0.0, following - stamp)
+    return {
+        "kernels": sum(n for label, n in counts.items() if label != "tuning result"),
+        "tuning_results": counts.get("tuning result", 0),
+        "count_by_kind": counts,
+        "seconds_after_kind": {label: round(value, 2) for label, value in seconds.items()},
+        "first_kernel_s": round(events[0][0] - start, 2),
+        "last_kernel_s": round(events[-1][0] - start, 2),
+    }
+
+steps = []
+for line in read(os.path.join(logs, "steps.tsv")).splitlines()[1:]:
+    name, status, seconds = line.split("\t")
+    steps.append({"step": name, "status": status, "seconds": int(seconds)})
+counts = safe(tests)
+passed, failed = counts if isinstance(counts, tuple) else (None, None)
+figures = {
+    "device": device(),
+    "time_to_first_step_s": get("quickstart_bf16_cold", "time_to_first_step_s"),
+    "kiln_step_ms": get("kiln_f32", "step_ms"),
+    "plain_burn_step_ms": get("plain_burn_f32", "step_ms"),
+    "quickstart_min_ade": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
+    "torch_min_ade": get("torch_dataloader_bf16", "min_ade"),
+    "torch_seconds": get("torch_dataloader_bf16", "seconds"),
+    "cuda_tests_passed": passed,
+    "cuda_tests_failed": failed,
+    "dry_run": dry,
+    "time_to_first_step_warm_s": get("quickstart_bf16", "time_to_first_step_s"),
+    "quickstart_seconds": get("quickstart_bf16", "seconds"),
+    "torch_resident_seconds": get("torch_resident_bf16", "seconds"),
+    "torch_resident_min_ade": get("torch_resident_bf16", "min_ade"),
+    "min_ade_by_precision": {
+        "f32": get("kiln_f32", "min_ade"),
+        "bf16": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
+        "f32_profiled": get("quickstart_f32", "min_ade"),
+        "f16": get("quickstart_f16", "min_ade"),
+        "f16_wgpu": get("quickstart_wgpu_f16", "min_ade"),
+        "plain_burn_f32": get("plain_burn_f32", "min_ade"),
+        "torch_bf16": get("torch_dataloader_bf16", "min_ade"),
+    },
+    "wgpu_f16_seconds": get("quickstart_wgpu_f16", "seconds"),
+    "fused_adam_step_ms": get("kiln_f32_fused_adam", "step_ms"),
+    "fused_adam_min_ade": get("kiln_f32_fused_adam", "min_ade"),
+    "unbounded_queue_step_ms": get("kiln_f32_unbounded", "step_ms"),
+    "f16_skipped_steps": get("quickstart_f16", "skipped_steps"),
+    "wgpu_f16_skipped_steps": get("quickstart_wgpu_f16", "skipped_steps"),
+    "wgpu_f16_loss_scale": get("quickstart_wgpu_f16", "loss_scale"),
+    "autotune": {
+        "time_to_first_step_cold_s": get("quickstart_autotune_bf16_cold", "time_to_first_step_s"),
+        "time_to_first_step_warm_s": get("quickstart_autotune_bf16", "time_to_first_step_s"),
+        "step_ms": get("quickstart_autotune_bf16", "step_ms"),
+        "seconds": get("quickstart_autotune_bf16", "seconds"),
+        "min_ade": get("quickstart_autotune_bf16", "min_ade"),
+    },
+    "bf16_step_ms": get("quickstart_bf16", "step_ms"),
+    # The cold and the warm bf16 runs are one command: kiln sums its norms in a fixed order, so
+    # where the kernels are deterministic the two train to the same bits.
+    "bf16_cold_min_ade": get("quickstart_bf16_cold", "min_ade"),
+    "bf16_runs_identical": safe(same_run, "quickstart_bf16_cold", "quickstart_bf16"),
+    "distinct_sums": safe(distinct_sums),
+    "binaries": safe(binaries),
+    "compilation": {name: safe(compilation, name) for name in (
+        "quickstart_bf16_cold", "quickstart_autotune_bf16_cold", "quickstart_bf16",
+        "plain_burn_f32", "quickstart_f16", "quickstart_wgpu_f16")},
+    "wgpu_products": next((step["status"] for step in steps if step["step"] == "wgpu_products"), None),
+    "steps": steps,
+}
+with open(out + ".part", "w") as handle:
+    json.dump(figures, handle, indent=2)
+os.replace(out + ".part", out)
+if not quiet:
+    print(json.dumps({k: v for k, v in figures.items() if k != "steps"}, indent=2))
+PY
+}
+
 # Steps: `step NAME DEADLINE COMMAND...` runs COMMAND with its output in logs/NAME.log, a watch
 # log in logs/NAME.watch, and a line in logs/steps.tsv (name, status, seconds).
 printf 'step\tstatus\tseconds\n' >"$LOGS/steps.tsv"
@@ -194,10 +402,17 @@ step() {
   echo "# end $ended" >>"$LOGS/$name.kernels"
   local took=$((SECONDS - started)) verdict=ok
   [ "$status" = 0 ] || verdict="exit $status"
-  [ "$status" = 124 ] || [ "$status" = 137 ] && verdict=timeout
+  # 124: `timeout` ended it; 137 (SIGKILL) is its `-k` only at the deadline, else (say) the
+  # kernel's out-of-memory killer.
+  if [ "$status" = 124 ] || { [ "$status" = 137 ] && [ "$took" -ge "$deadline" ]; }; then
+    verdict=timeout
+  fi
   echo "   $verdict after $took s; last lines:"
   tail -n 4 "$LOGS/$name.log" | cut -c1-200 | sed 's/^/   | /'
   printf '%s\t%s\t%s\n' "$name" "$verdict" "$took" >>"$LOGS/steps.tsv"
+  # What the run has so far, where it comes back: if the call is cut off, these remain.
+  summarize quiet >/dev/null 2>&1
+  tar -C "$WORK" -czf "$OUT/logs.partial.tar.gz" logs 2>/dev/null
   [ "$status" = 0 ]
 }
 
@@ -245,11 +460,13 @@ cuda_tests() {
     return 1
   fi
   (cd "$WORK/tests" && step cuda_tests 240 bash -c '
+    pids=()
     for module in '"$(echo $modules)"'; do
       "$0" --ignored --nocapture --test-threads 2 "$module::cuda::" >"$1/cuda_tests.$module.log" 2>&1 &
+      pids+=($!)
     done
     failed=0
-    for job in $(jobs -p); do wait "$job" || failed=1; done
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
     grep -h "^test result" "$1"/cuda_tests.*.log
     exit $failed' "$B/trainer" "$LOGS")
 }
@@ -287,6 +504,11 @@ step kiln_f32 150 "$B/quickstart" --device "$GPU" --no-profile --dir "$DATA" "${
   --json "$J/kiln_f32.json"
 step plain_burn_f32 90 "$B/quickstart" --device "$GPU" --trainer plain-burn --no-profile \
   --dir "$DATA" "${SIZE[@]}" --json "$J/plain_burn_f32.json"
+# Burn's `sum()` against `sum_dim`, `mean()` and kiln's fixed_order_sum, each repeated on one
+# tensor: how many distinct results each gives on this device (kiln's clipping norm moved from
+# the first to the last; lavapipe gave 2-3 results from `sum()` and 1 from the others).
+step sum_repeatability 60 "$B/sum_repeatability" --device "$GPU" \
+  $([ "$DRY" = 1 ] && echo --repeats 20) --json "$J/sum_repeatability.json"
 # f32 with the profiler on, as bf16 above: issue 26 asks for both.
 step quickstart_f32 90 "$B/quickstart" --device "$GPU" --dir "$DATA" "${SIZE[@]}" \
   --json "$J/quickstart_f32.json"
@@ -300,11 +522,6 @@ fi
 # f16-mixed on CUDA: does it keep f32's accuracy there?
 step quickstart_f16 150 "$B/quickstart" --device "$GPU" --precision f16 --dir "$DATA" \
   "${SIZE[@]}" --json "$J/quickstart_f16.json"
-# Burn's `sum()` against `sum_dim`, `mean()` and kiln's fixed_order_sum, each repeated on one
-# tensor: how many distinct results each gives on this device (kiln's clipping norm moved from
-# the first to the last; lavapipe gave 2-3 results from `sum()` and 1 from the others).
-step sum_repeatability 60 "$B/sum_repeatability" --device "$GPU" \
-  $([ "$DRY" = 1 ] && echo --repeats 20) --json "$J/sum_repeatability.json"
 
 # The same GPU through Vulkan, f16-mixed (lavapipe in a dry run, when present), and the products
 # test on that adapter: do f16 products accumulate in f32 there? (f16 lost accuracy through
@@ -332,186 +549,12 @@ step metrics_throughput 60 "$B/metrics_throughput" --device "$GPU" \
 step diagnose 90 "$B/diagnose" --device "$GPU" --json "$J/diagnose.json"
 step find_batch_size 90 "$B/find_batch_size" --device "$GPU" --json "$J/find_batch_size.json"
 
-# ---------------------------------------------------------------------------------------------
-# gpu.json from the steps' own JSON.
-python3 - "$LOGS" "$OUT/gpu.json" "$DRY" "$BIN/BUILT" <<'PY'
-import json, os, re, subprocess, sys
-logs, out, dry, built = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
-
-def load(name):
-    try:
-        return json.load(open(os.path.join(logs, name + ".json")))
-    except (OSError, ValueError):
-        return None
-
-def get(name, key):
-    figures = load(name)
-    return None if figures is None else figures.get(key)
-
-def same_run(first, second):
-    """Whether two runs of the same command trained to the same bits: every epoch's training
-    loss and validation figures equal (None when either did not finish)."""
-    runs = [load(name) for name in (first, second)]
-    if any(run is None or not run.get("epochs_run") for run in runs):
-        return None
-    keep = ("train_loss", "min_ade", "min_fde", "miss_rate", "ade_top1")
-    epochs = [[{key: epoch.get(key) for key in keep} for epoch in run["epochs_run"]] for run in runs]
-    return epochs[0] == epochs[1]
-
-def binaries():
-    """What pack.sh recorded of the binaries' build: commit, sources, features."""
-    try:
-        lines = open(built).read().splitlines()
-    except OSError:
-        return None
-    return dict(line.split("=", 1) for line in lines if "=" in line)
-
-def distinct_sums():
-    """sum_repeatability's counts: per way of summing, the most distinct results over the
-    sizes it summed (1: every repeat gave the same bits)."""
-    figures = load("sum_repeatability")
-    if figures is None:
-        return None
-    ways = ("sum", "sum_dim", "mean", "fixed_order_sum")
-    return {way: max(len(size[way]) for size in figures["sizes"]) for way in ways}
-
-def device():
-    if dry:
-        return "cpu (flex), dry run"
-    try:
-        name, driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20).stdout.strip().split("\n")[0].split(", ")
-        return f"{name} (driver {driver})"
-    except Exception:
-        return get("doctor", "device") or None
-
-def tests():
-    import glob
-    files = sorted(glob.glob(os.path.join(logs, "cuda_tests*.log")))
-    if not files:
-        return None, None
-    text = "".join(open(f).read() for f in files)
-    if dry:
-        return None, None
-    # One summary per test process; a process without one hung or crashed: count what finished,
-    # and its unfinished tests as failed.
-    passed = len(re.findall(r"\.\.\. ok$", text, re.M))
-    failed = len(re.findall(r"\.\.\. FAILED$", text, re.M))
-    expected = sum(int(n) for n in re.findall(r"^running (\d+) tests?$", text, re.M))
-    return passed, max(failed, expected - passed)
-
-def compilation(name):
-    """What a step's kernel log says: kernels compiled and tuning runs, and the seconds after
-    each kind of kernel's line (its compilation, and the launches and tuning that follow it)."""
-    try:
-        lines = open(os.path.join(logs, name + ".kernels")).read().splitlines()
-    except OSError:
-        return None
-    start = end = None
-    events = []
-    for line in lines:
-        stamp, _, text = line.partition(" ")
-        if stamp == "#":
-            mark, _, when = text.partition(" ")
-            if mark == "start":
-                start = float(when)
-            elif mark == "end":
-                end = float(when)
-        else:
-            events.append((float(stamp), text))
-    if start is None or not events:
-        return None
-    events.sort(key=lambda event: event[0])
-    def kind(text):
-        if not text.startswith("[Compiling kernel]"):
-            return "tuning result" if text.startswith("Fastest result") else None
-        lowered = text.lower()
-        for part in ("matmul", "reduce", "fuse", "cast", "random", "prng"):
-            if part in lowered:
-                return {"fuse": "fused elementwise", "prng": "random"}.get(part, part)
-        return "other"
-    seconds, counts = {}, {}
-    stamps = [stamp for stamp, _ in events] + [end if end is not None else events[-1][0]]
-    for (stamp, text), following in zip(events, stamps[1:]):
-        label = kind(text)
-        if label is None:
-            continue
-        counts[label] = counts.get(label, 0) + 1
-        seconds[label] = seconds.get(label, 0.0) + max(0.0, following - stamp)
-    return {
-        "kernels": sum(n for label, n in counts.items() if label != "tuning result"),
-        "tuning_results": counts.get("tuning result", 0),
-        "count_by_kind": counts,
-        "seconds_after_kind": {label: round(value, 2) for label, value in seconds.items()},
-        "first_kernel_s": round(events[0][0] - start, 2),
-        "last_kernel_s": round(events[-1][0] - start, 2),
-    }
-
-steps = []
-for line in open(os.path.join(logs, "steps.tsv")).read().splitlines()[1:]:
-    name, status, seconds = line.split("\t")
-    steps.append({"step": name, "status": status, "seconds": int(seconds)})
-passed, failed = tests()
-figures = {
-    "device": device(),
-    "time_to_first_step_s": get("quickstart_bf16_cold", "time_to_first_step_s"),
-    "kiln_step_ms": get("kiln_f32", "step_ms"),
-    "plain_burn_step_ms": get("plain_burn_f32", "step_ms"),
-    "quickstart_min_ade": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
-    "torch_min_ade": get("torch_dataloader_bf16", "min_ade"),
-    "torch_seconds": get("torch_dataloader_bf16", "seconds"),
-    "cuda_tests_passed": passed,
-    "cuda_tests_failed": failed,
-    "dry_run": dry,
-    "time_to_first_step_warm_s": get("quickstart_bf16", "time_to_first_step_s"),
-    "quickstart_seconds": get("quickstart_bf16", "seconds"),
-    "torch_resident_seconds": get("torch_resident_bf16", "seconds"),
-    "torch_resident_min_ade": get("torch_resident_bf16", "min_ade"),
-    "min_ade_by_precision": {
-        "f32": get("kiln_f32", "min_ade"),
-        "bf16": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
-        "f32_profiled": get("quickstart_f32", "min_ade"),
-        "f16": get("quickstart_f16", "min_ade"),
-        "f16_wgpu": get("quickstart_wgpu_f16", "min_ade"),
-        "plain_burn_f32": get("plain_burn_f32", "min_ade"),
-        "torch_bf16": get("torch_dataloader_bf16", "min_ade"),
-    },
-    "wgpu_f16_seconds": get("quickstart_wgpu_f16", "seconds"),
-    "fused_adam_step_ms": get("kiln_f32_fused_adam", "step_ms"),
-    "fused_adam_min_ade": get("kiln_f32_fused_adam", "min_ade"),
-    "unbounded_queue_step_ms": get("kiln_f32_unbounded", "step_ms"),
-    "f16_skipped_steps": get("quickstart_f16", "skipped_steps"),
-    "wgpu_f16_skipped_steps": get("quickstart_wgpu_f16", "skipped_steps"),
-    "wgpu_f16_loss_scale": get("quickstart_wgpu_f16", "loss_scale"),
-    "autotune": {
-        "time_to_first_step_cold_s": get("quickstart_autotune_bf16_cold", "time_to_first_step_s"),
-        "time_to_first_step_warm_s": get("quickstart_autotune_bf16", "time_to_first_step_s"),
-        "step_ms": get("quickstart_autotune_bf16", "step_ms"),
-        "seconds": get("quickstart_autotune_bf16", "seconds"),
-        "min_ade": get("quickstart_autotune_bf16", "min_ade"),
-    },
-    "bf16_step_ms": get("quickstart_bf16", "step_ms"),
-    # The cold and the warm bf16 runs are one command: kiln sums its norms in a fixed order, so
-    # where the kernels are deterministic the two train to the same bits.
-    "bf16_cold_min_ade": get("quickstart_bf16_cold", "min_ade"),
-    "bf16_runs_identical": same_run("quickstart_bf16_cold", "quickstart_bf16"),
-    "distinct_sums": distinct_sums(),
-    "binaries": binaries(),
-    "compilation": {name: compilation(name) for name in (
-        "quickstart_bf16_cold", "quickstart_autotune_bf16_cold", "quickstart_bf16",
-        "plain_burn_f32", "quickstart_f16", "quickstart_wgpu_f16")},
-    "wgpu_products": next((step["status"] for step in steps if step["step"] == "wgpu_products"), None),
-    "steps": steps,
-}
-json.dump(figures, open(out, "w"), indent=2)
-print(json.dumps({k: v for k, v in figures.items() if k != "steps"}, indent=2))
-PY
 
 # ---------------------------------------------------------------------------------------------
+summarize
 # What comes back: the logs and the kernel cache, compressed.
 cp "$KILN_CACHE_DIR/cubecl/kernels.log" "$LOGS/" 2>/dev/null
-tar -C "$WORK" -cJf "$OUT/logs.tar.xz" logs
+tar -C "$WORK" -cJf "$OUT/logs.tar.xz" logs && rm -f "$OUT/logs.partial.tar.gz"
 tar -C "$KILN_CACHE_DIR" -cJf "$OUT/cache.tar.xz" . 2>/dev/null
 echo "== done in $((SECONDS - START)) s: $OUT/gpu.json, logs.tar.xz, cache.tar.xz"
 column -t -s $'\t' "$LOGS/steps.tsv" 2>/dev/null || cat "$LOGS/steps.tsv"
