@@ -62,8 +62,11 @@ impl DiskCache {
             Ok(segment) => {
                 Counters::add(&self.counters.disk_hits, 1);
                 Counters::add(&self.counters.bytes_read, len);
+                // Still there as the file read: an eviction may have deleted it meanwhile.
+                let still_there =
+                    std::fs::metadata(&path).is_ok_and(|now| same_file(&opened, &now));
                 let mut index = self.lock_index();
-                if index.segments.get(&key.digest()).is_none() {
+                if still_there && index.segments.get(&key.digest()).is_none() {
                     // Written by another process since we opened the directory.
                     index.insert(key.digest(), len);
                 }

@@ -23,15 +23,17 @@ impl DiskCache {
         Ok(())
     }
 
-    /// Removes a segment; whether there was one.
+    /// Removes a segment; whether there was one. A segment that could not be deleted stays
+    /// counted (it is still on disk).
     pub fn remove(&self, key: &SegmentKey) -> Result<bool> {
-        self.lock_index().remove(&key.digest());
         let path = self.segment_path(key);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(true),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(Error::io("removing", path, source)),
-        }
+        let removed = match std::fs::remove_file(&path) {
+            Ok(()) => true,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+            Err(source) => return Err(Error::io("removing", path, source)),
+        };
+        self.lock_index().remove(&key.digest());
+        Ok(removed)
     }
 
     /// Counts a failed write whose samples are served anyway, keeping its error.
@@ -48,6 +50,9 @@ impl DiskCache {
             return;
         };
         let mut index = self.lock_index();
+        // Segments that would not delete: still on disk, so still counted; set aside so the
+        // loop does not pick them again, and put back after it.
+        let mut undeletable = Vec::new();
         while index.bytes > limit {
             let Some((digest, bytes)) = index.segments.pop_lru() else {
                 break;
@@ -59,11 +64,20 @@ impl DiskCache {
                 }
                 continue;
             }
-            index.bytes -= bytes;
             // A reader holding the file mapped keeps its data; NotFound means another process
             // evicted it first.
-            let _ = std::fs::remove_file(self.dir.join(file_name(digest)));
-            Counters::add(&self.counters.evictions, 1);
+            match std::fs::remove_file(self.dir.join(file_name(digest))) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    undeletable.push((digest, bytes));
+                }
+                _ => {
+                    index.bytes -= bytes;
+                    Counters::add(&self.counters.evictions, 1);
+                }
+            }
+        }
+        for (digest, bytes) in undeletable {
+            index.segments.put(digest, bytes);
         }
     }
 }
@@ -146,5 +160,32 @@ mod tests {
         assert!(cache.contains(&key(2)));
         assert_eq!(cache.stats().evictions, 1);
         assert_eq!(cache.stats().disk_bytes, 2 * one);
+    }
+
+    #[test]
+    fn a_segment_that_will_not_delete_stays_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = segment(key(0), &[7; 100]).len() as u64;
+        let cache = DiskCache::open(dir.path()).unwrap().with_limit_bytes(one);
+        cache.put(&key(0), &segment(key(0), &[7; 100])).unwrap();
+        // Something no unlink removes (a non-empty directory) where segment 0's file was.
+        let path = cache.segment_path(&key(0));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("inside"), b"x").unwrap();
+        cache.put(&key(1), &segment(key(1), &[7; 100])).unwrap();
+        assert_eq!(cache.stats().evictions, 0);
+        assert_eq!(
+            cache.stats().disk_bytes,
+            2 * one,
+            "segment 0 is still on disk"
+        );
+        assert!(path.exists() && cache.contains(&key(1)));
+        assert!(cache.remove(&key(0)).is_err());
+        assert_eq!(
+            cache.stats().disk_bytes,
+            2 * one,
+            "a failed removal forgets nothing"
+        );
     }
 }
