@@ -35,13 +35,20 @@ pub struct LoaderResidency {
 impl LoaderResidency {
     /// Source samples held at most (window, read-ahead and assembled batches together).
     pub fn max_samples(&self) -> u64 {
-        self.peak_window_samples + self.read_ahead_samples + self.batch_samples
+        self.peak_window_samples
+            .saturating_add(self.read_ahead_samples)
+            .saturating_add(self.batch_samples)
     }
 
     /// Bytes held at most (window, read-ahead and assembled batches together), when the
-    /// source reports its blocks' sizes.
+    /// source reports its blocks' sizes. The assembled batches count at the plan's average
+    /// bytes per sample, so a window of the largest samples can exceed it by their excess.
     pub fn max_bytes(&self) -> Option<u64> {
-        Some(self.peak_window_bytes? + self.read_ahead_bytes? + self.batch_bytes?)
+        Some(
+            self.peak_window_bytes?
+                .saturating_add(self.read_ahead_bytes?)
+                .saturating_add(self.batch_bytes?),
+        )
     }
 
     /// The bound for a schedule: a block is held from when the prefetch window first reaches
@@ -109,7 +116,15 @@ impl LoaderResidency {
             batch_samples,
             peak_window_bytes: known(peak(&byte_delta)),
             read_ahead_bytes: known(bytes_by_size.iter().take(read_ahead_blocks).sum()),
-            batch_bytes: known(batch_samples * total_bytes / total_rows.max(1)),
+            // In u128: a large window of a many-terabyte source overflows u64 before the
+            // division.
+            batch_bytes: known(
+                u64::try_from(
+                    u128::from(batch_samples) * u128::from(total_bytes)
+                        / u128::from(total_rows.max(1)),
+                )
+                .unwrap_or(u64::MAX),
+            ),
         }
     }
 }
