@@ -30,6 +30,7 @@ use clap::Parser;
 use kiln_ml::backend::BackendTask;
 use kiln_ml::core::{PlainBatches, StepOutcome, StepReport};
 use kiln_ml::train::{Precision, ProgressObserver, Trainer, TrainerConfig, materialize};
+use kiln_ml_examples::cli::at_least_one;
 use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -45,7 +46,7 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
     /// Epochs per precision.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = at_least_one::<u64>)]
     epochs: u64,
     /// Width of the two hidden layers.
     #[arg(long, default_value_t = 64)]

@@ -231,11 +231,7 @@ impl DevicesTask for Compare {
             .fold(0.0, f64::max);
         let reference = single.model().params();
         let rank_0 = &outcomes[0].2;
-        let max_abs_param_diff = reference
-            .iter()
-            .zip(rank_0)
-            .map(|(a, b)| f64::from((a - b).abs()))
-            .fold(0.0, f64::max);
+        let max_abs_param_diff = kiln_ml_examples::compare::max_abs_diff(&reference, rank_0);
         Ok(Report {
             max_abs_param_diff,
             replicas_agree: outcomes.iter().all(|(_, _, params)| params == rank_0),

@@ -91,10 +91,7 @@ fn split<B: Backend>(
 }
 
 fn max_abs_diff(left: &[f32], right: &[f32]) -> f64 {
-    left.iter()
-        .zip(right)
-        .map(|(a, b)| f64::from((a - b).abs()))
-        .fold(0.0, f64::max)
+    kiln_ml_examples::compare::max_abs_diff(left, right)
 }
 
 struct Report {

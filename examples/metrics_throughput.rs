@@ -372,15 +372,13 @@ fn max_relative_difference(a: &MetricReport, b: &MetricReport) -> f64 {
             })
             .collect()
     };
-    values(a)
-        .into_iter()
-        .zip(values(b))
-        .map(|(x, y)| match (x, y) {
+    kiln_ml_examples::compare::worst(values(a).into_iter().zip(values(b)).map(|(x, y)| {
+        match (x, y) {
             (Some(x), Some(y)) => (x - y).abs() / x.abs().max(y.abs()).max(1e-12),
             (None, None) => 0.0,
             _ => f64::INFINITY,
-        })
-        .fold(0.0, f64::max)
+        }
+    }))
 }
 
 fn main() -> anyhow::Result<()> {

@@ -39,6 +39,7 @@ use kiln_ml::profile::{Clock, PhaseTimer, TimingMode};
 use kiln_ml::train::{
     FusedAdam, FusedAdamConfig, GradientClipping, Precision, Trainer, TrainerConfig,
 };
+use kiln_ml_examples::cli::at_least_one;
 use kiln_ml_testkit::{Mlp, MlpConfig, RegressionBatch, TEACHER_INPUTS, teacher_batches};
 use serde::{Deserialize, Serialize};
 
@@ -63,7 +64,7 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     width: usize,
     /// Rows per batch.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least_one::<usize>)]
     batch_size: usize,
     /// f32, f16 (f16-mixed) or bf16 (bf16-mixed).
     #[arg(long, default_value = "f32")]
@@ -335,11 +336,8 @@ impl BackendTask for Measure {
         };
         let burn_params = parity(Kind::Burn)?;
         let kiln_params = parity(Kind::Kiln)?;
-        let max_abs_param_diff = burn_params
-            .iter()
-            .zip(&kiln_params)
-            .map(|(a, b)| f64::from((a - b).abs()))
-            .fold(0.0, f64::max);
+        let max_abs_param_diff =
+            kiln_ml_examples::compare::max_abs_diff(&burn_params, &kiln_params);
 
         println!(
             "phase times: {} timed steps each, in {PHASE_TIME_ROUNDS} alternating rounds",

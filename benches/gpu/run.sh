@@ -56,6 +56,8 @@ done
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 WORK=$(mktemp -d)
+# Binaries, data and caches: removed however the script ends (the results are in $OUT).
+trap 'rm -rf "$WORK"' EXIT
 LOGS="$WORK/logs"
 mkdir -p "$LOGS" "$WORK/bin"
 START=$SECONDS
@@ -195,7 +197,10 @@ def device():
             capture_output=True, text=True, timeout=20).stdout.strip().split("\n")[0].split(", ")
         return f"{name} (driver {driver})"
     except Exception:
-        return get("doctor", "device") or None
+        # The doctor's NVML list: its first GPU, with the driver.
+        gpu = next(iter(get("doctor", "gpus") or []), None) or {}
+        name, driver = gpu.get("name"), gpu.get("driver_version")
+        return name and (f"{name} (driver {driver})" if driver else name)
 
 def tests():
     import glob
@@ -558,4 +563,3 @@ tar -C "$WORK" -cJf "$OUT/logs.tar.xz" logs && rm -f "$OUT/logs.partial.tar.gz"
 tar -C "$KILN_CACHE_DIR" -cJf "$OUT/cache.tar.xz" . 2>/dev/null
 echo "== done in $((SECONDS - START)) s: $OUT/gpu.json, logs.tar.xz, cache.tar.xz"
 column -t -s $'\t' "$LOGS/steps.tsv" 2>/dev/null || cat "$LOGS/steps.tsv"
-rm -rf "$WORK"

@@ -49,6 +49,7 @@ use clap::{Parser, ValueEnum};
 use kiln_ml::core::BlockLayout;
 use kiln_ml::data::{LoaderConfig, ParquetSource};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
+use kiln_ml_examples::cli::at_least_one;
 
 use caching::{Caching, CachingSetup};
 use graph::BuildGraph;
@@ -68,7 +69,7 @@ struct Args {
     #[arg(long, default_value_t = 900_000)]
     rows: u64,
     /// Largest row group; each file is cut into row groups of at most this many rows.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = at_least_one::<usize>)]
     row_group_rows: usize,
     /// Samples per batch.
     #[arg(long, default_value_t = 64)]

@@ -23,6 +23,7 @@ use kiln_ml::core::{BlockLayout, PlanRequest, Sampler};
 use kiln_ml::data::arrow_array::RecordBatch;
 use kiln_ml::data::{Loader, LoaderConfig, ParquetSource, columnar_fn, float_matrix, int_vector};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
+use kiln_ml_examples::cli::at_least_one;
 use kiln_ml_examples::shuffle_dataset::{DatasetSpec, FEATURES, write_dataset};
 use kiln_ml_examples::timing::{median, progress};
 
@@ -51,7 +52,7 @@ struct Args {
     #[arg(long, default_value_t = 900_000)]
     rows: u64,
     /// Largest row group written by `--write`.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = at_least_one::<usize>)]
     row_group_rows: usize,
     /// Samples per batch.
     #[arg(long, default_value_t = 64)]

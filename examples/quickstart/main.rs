@@ -45,6 +45,7 @@ use kiln_ml::train::{
     BestCheckpoints, CheckpointConfig, EarlyStopping, EmaConfig, EpochSummary, GradientClipping,
     LrFinder, Mode, Precision, ProgressObserver, TrainerConfig, latest_checkpoint,
 };
+use kiln_ml_examples::cli::at_least_one;
 
 use crate::model::{Forecaster, MODES, PlayerBatch, PlayerBatcher};
 use crate::optimizer::OptimizerKind;
@@ -65,10 +66,10 @@ struct Args {
     #[arg(long, default_value_t = 4_000)]
     valid_players: u64,
     /// Rows per Parquet row group (one block each).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = at_least_one::<usize>)]
     row_group: usize,
     /// Epochs to train.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = at_least_one::<u64>)]
     epochs: u64,
     /// Players per batch.
     #[arg(long, default_value_t = 128)]

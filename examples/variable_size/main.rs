@@ -38,6 +38,7 @@ use kiln_ml::core::{BlockLayout, Plan, PlanRequest, Sampler};
 use kiln_ml::data::{Loader, LoaderConfig, ParquetSource};
 use kiln_ml::sampler::quality::{self, QualityOptions};
 use kiln_ml::sampler::{BlockShuffleConfig, RandomSampler, RemainderPolicy, Sharding};
+use kiln_ml_examples::cli::at_least_one;
 use serde_json::{Map, Value, json};
 
 use epochs::{EpochFigures, padded_collate, run_epoch};
@@ -56,7 +57,7 @@ struct Args {
     #[arg(long, default_value_t = 100_000)]
     events: u64,
     /// Largest row group, in events.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least_one::<usize>)]
     row_group_events: usize,
     /// Median pulses per event (log-normal, σ = 1, clipped to 10-5,000).
     #[arg(long, default_value_t = 150.0)]

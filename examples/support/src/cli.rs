@@ -61,3 +61,17 @@ impl CpuDeviceChoice {
         Ok(select(self.device)?)
     }
 }
+
+/// A clap value parser for counts that must be at least 1 (`--epochs 0`, a row group of 0
+/// rows): the flag is refused by name instead of failing deep inside a run.
+pub fn at_least_one<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + From<u8>,
+    T::Err: std::fmt::Display,
+{
+    let value: T = text.parse().map_err(|error| format!("{error}"))?;
+    if value < T::from(1) {
+        return Err("must be at least 1".to_owned());
+    }
+    Ok(value)
+}

@@ -1,11 +1,12 @@
 //! What kiln's examples share, so each example is a thin binary: the `--json` and `--device`
-//! flags ([`cli`]), the regression workload of the profiling examples ([`regressor`]), the
+//! flags ([`cli`]), parity comparisons where a NaN shows ([`compare`]), the regression workload of the profiling examples ([`regressor`]), the
 //! cached-batch diagnosis ([`cached_batch`]), the synthetic Parquet dataset and epoch timing
 //! of the block-shuffle examples ([`shuffle_dataset`], [`timing`]), and the writing of generated
 //! Parquet files ([`parquet_file`]).
 
 pub mod cached_batch;
 pub mod cli;
+pub mod compare;
 pub mod parquet_file;
 pub mod regressor;
 pub mod shuffle_dataset;
