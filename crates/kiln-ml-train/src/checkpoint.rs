@@ -232,14 +232,6 @@ where
         }
         self.model = Some(model);
         self.model_generation = crate::step_hints::fresh_generation();
-        // Loading gives running states the saved ids; the plan finds the root's by id.
-        if self.cast_plan.is_some() {
-            self.cast_plan = Some(crate::precision_policy::CastPlan::new(
-                self.model(),
-                self.config.precision_policy.clone(),
-                self.config.precision.compute_dtype(),
-            )?);
-        }
         // Loaded values carry no autodiff graph; restarted from the weights when absent.
         self.ema = ema.as_ref().map(crate::ema::ema_start);
         self.optim = self.optim.clone().load_record(optimizer_record);

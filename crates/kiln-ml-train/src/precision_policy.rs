@@ -78,9 +78,10 @@ pub(crate) struct CastPlan {
     policy: PrecisionPolicy,
     /// Paths of the modules that own running statistics.
     state_owners: Vec<String>,
-    /// Running statistics held by the model's root itself: only these tensors are kept, since
-    /// keeping their owner would keep the whole model in f32.
-    root_states: HashSet<ParamId>,
+    /// Paths of the running statistics held by the model's root itself: only these tensors
+    /// are kept, since keeping their owner would keep the whole model in f32. By path, as the
+    /// owners are: a loaded record gives them other ids.
+    root_states: Vec<String>,
 }
 
 impl CastPlan {
@@ -109,7 +110,7 @@ impl CastPlan {
         let mut plan = Self {
             policy,
             state_owners: Vec::new(),
-            root_states: HashSet::new(),
+            root_states: Vec::new(),
         };
         drop(plan.cast(model.clone(), dtype));
         let after = Snapshot::of(model);
@@ -134,9 +135,10 @@ impl CastPlan {
         });
         let mut owners = Vec::new();
         for id in &shared {
-            let owner = parent_path(&before.tensors[id].0);
+            let path = &before.tensors[id].0;
+            let owner = parent_path(path);
             if owner.is_empty() {
-                plan.root_states.insert(*id);
+                plan.root_states.push(path.join("."));
             } else {
                 owners.push(owner);
             }
@@ -168,7 +170,7 @@ impl CastPlan {
         &self.state_owners
     }
 
-    fn keeps(&self, frames: &Frames, id: ParamId) -> bool {
+    fn keeps(&self, frames: &Frames) -> bool {
         let path = frames.path.join(".");
         let inside = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}."));
         let by_name = |name: &str| frames.containers.iter().any(|c| c == name) || inside(name);
@@ -179,7 +181,7 @@ impl CastPlan {
                 .any(|container| NORM_LAYERS.contains(&container.as_str())))
             || self.policy.keep_f32.iter().any(|name| by_name(name))
             || self.state_owners.iter().any(|owner| inside(owner))
-            || self.root_states.contains(&id)
+            || self.root_states.contains(&path)
     }
 }
 
@@ -236,7 +238,7 @@ impl<B: Backend> ModuleMapper<B> for PolicyCast<'_> {
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        if self.plan.keeps(&self.frames, param.id) {
+        if self.plan.keeps(&self.frames) {
             return param;
         }
         let dtype = self.dtype;
