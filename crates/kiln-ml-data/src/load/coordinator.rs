@@ -45,6 +45,9 @@ pub(crate) struct Coordinator<S: BlockSource, C: Collate<S::Item>> {
     pub(crate) schedule: EpochSchedule,
     /// Per position: move (true) or clone (false) the sample; `None` means always move.
     pub(crate) last_occurrence: Option<Vec<bool>>,
+    /// The per-sample block lookup over the source's blocks (built once at launch, where it
+    /// also checked the plan).
+    pub(crate) finder: BlockFinder,
     pub(crate) prefetch_batches: u64,
     pub(crate) read_ahead_blocks: usize,
     /// Worker threads: batches assembled together are collated in at most this many jobs.
@@ -83,8 +86,6 @@ struct Progress<I> {
     assembled: u64,
     /// The earliest failing batch and its error.
     failure: Option<(u64, Error)>,
-    /// The per-sample block lookup.
-    finder: BlockFinder,
 }
 
 impl<S, C> Coordinator<S, C>
@@ -118,7 +119,6 @@ where
             consumer_here: self.start == Start::Awaited,
             assembled: 0,
             failure: None,
-            finder: BlockFinder::new(self.source.blocks()),
         };
         loop {
             if self.cancel.load(Ordering::Relaxed) {
@@ -342,7 +342,7 @@ where
             }
             let places = match located.take() {
                 Some((batch, places)) if batch == progress.assembled => Ok(places),
-                _ => self.locate(progress, range.clone()).inspect(|places| {
+                _ => self.locate(range.clone()).inspect(|places| {
                     prefetch_slots(progress, places);
                 }),
             };
@@ -350,7 +350,7 @@ where
             if next < batch_limit {
                 let next_range = self.schedule.batch_range(next);
                 if progress.ready_prefix >= self.schedule.uses_before(next_range.end)
-                    && let Ok(places) = self.locate(progress, next_range)
+                    && let Ok(places) = self.locate(next_range)
                 {
                     prefetch_slots(progress, &places);
                     located = Some((next, places));
@@ -386,16 +386,12 @@ where
 
     /// Where each sample of the plan's `positions` sits (block and row), from the layout alone,
     /// which stays in cache.
-    fn locate(
-        &self,
-        progress: &Progress<S::Item>,
-        positions: std::ops::Range<u64>,
-    ) -> Result<Places> {
+    fn locate(&self, positions: std::ops::Range<u64>) -> Result<Places> {
         let first = positions.start;
         let order = &self.plan.order()[positions.start as usize..positions.end as usize];
         let mut places = Vec::with_capacity(order.len());
         for (offset, &sample) in order.iter().enumerate() {
-            let Some((block, row)) = progress.finder.place(sample) else {
+            let Some((block, row)) = self.finder.place(sample) else {
                 return Err(Error::PlanMismatch {
                     reason: format!(
                         "plan position {} names unknown sample {sample}",

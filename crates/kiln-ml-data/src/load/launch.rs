@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crossbeam_channel::unbounded;
-use kiln_ml_core::{BlockLayout, BlockSource, Observer, Plan};
+use kiln_ml_core::{BlockFinder, BlockLayout, BlockSource, Observer, Plan};
 
 use super::collate::Collate;
 use super::config::LoaderConfig;
@@ -46,7 +46,8 @@ where
 {
     fn launch(self: Arc<Self>, plan: Plan, start: Start) -> Result<EpochParts<C::Output>> {
         let last_occurrence = last_occurrences(plan.order(), self.source.as_ref())?;
-        check_block_uses(&plan, self.source.as_ref())?;
+        let finder = BlockFinder::new(self.source.blocks());
+        check_block_uses(&plan, self.source.blocks(), &finder)?;
         let plan = Arc::new(plan);
         let schedule = EpochSchedule::new(&plan, self.config.drop_last);
         let prefetch_batches =
@@ -66,6 +67,7 @@ where
                 plan: Arc::clone(&plan),
                 schedule: schedule.clone(),
                 last_occurrence,
+                finder,
                 prefetch_batches,
                 read_ahead_blocks: self.config.read_ahead_blocks,
                 workers: self.config.workers,

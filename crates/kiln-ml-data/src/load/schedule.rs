@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use kiln_ml_core::{BlockFinder, BlockIndex, BlockLayout, BlockUse, Plan};
+use kiln_ml_core::{Block, BlockFinder, BlockIndex, BlockLayout, BlockUse, Plan};
 
 use crate::{Error, Result};
 
@@ -153,13 +153,13 @@ pub(crate) fn last_occurrences(
 }
 
 /// Fails unless every plan position takes its sample from the block the source holds it in,
-/// at a position where the plan's schedule says that block is in use. The coordinator reads and
+/// at a position where the plan's schedule says that block is in use (`finder` over `blocks`,
+/// the source's). The coordinator reads and
 /// frees blocks by the schedule but finds samples by the source's blocks: a plan made over
 /// another block layout of the same samples (the same data with other row groups) would load
 /// or fail depending on which read finished first. (Samples outside the source are
 /// [`last_occurrences`]'s error, checked first.)
-pub(crate) fn check_block_uses(plan: &Plan, layout: &(impl BlockLayout + ?Sized)) -> Result<()> {
-    let blocks = layout.blocks();
+pub(crate) fn check_block_uses(plan: &Plan, blocks: &[Block], finder: &BlockFinder) -> Result<()> {
     let mut in_use: Vec<Option<(u64, u64)>> = vec![None; blocks.len()];
     for used in plan.schedule() {
         let slot = in_use
@@ -173,7 +173,6 @@ pub(crate) fn check_block_uses(plan: &Plan, layout: &(impl BlockLayout + ?Sized)
             })?;
         *slot = Some((used.first_use, used.last_use));
     }
-    let finder = BlockFinder::new(blocks);
     for (position, &sample) in plan.order().iter().enumerate() {
         let position = position as u64;
         let Some(block) = finder.find(sample) else {
