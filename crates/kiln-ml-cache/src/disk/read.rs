@@ -62,15 +62,13 @@ impl DiskCache {
             Ok(segment) => {
                 Counters::add(&self.counters.disk_hits, 1);
                 Counters::add(&self.counters.bytes_read, len);
-                // Still there as the file read: an eviction may have deleted it meanwhile.
-                let still_there =
-                    std::fs::metadata(&path).is_ok_and(|now| same_file(&opened, &now));
-                let mut index = self.lock_index();
-                if still_there && index.segments.get(&key.digest()).is_none() {
-                    // Written by another process since we opened the directory.
-                    index.insert(key.digest(), len);
+                let known = self.lock_index().segments.get(&key.digest()).is_some();
+                // Written by another process since we opened the directory: indexed if its
+                // file is still the one read (an eviction may have deleted it meanwhile). The
+                // check costs a `stat`, so only here, not on every hit.
+                if !known && std::fs::metadata(&path).is_ok_and(|now| same_file(&opened, &now)) {
+                    self.lock_index().insert(key.digest(), len);
                 }
-                drop(index);
                 if self.limit_bytes.is_some() {
                     // The next run orders segments by modification time: make it the last use.
                     // Best effort (the file may be gone, or not ours to touch).
