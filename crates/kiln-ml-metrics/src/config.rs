@@ -186,6 +186,14 @@ impl MetricsConfig {
         matches!(self.miss, MissRule::LateralLongitudinal { .. })
     }
 
+    /// Whether an agent's miss is the selected (min-FDE) mode's rather than every kept mode's:
+    /// under [`ModeSelection::MinFde`], except for the max distance, whose miss is the minimum
+    /// over modes whatever the selection (nuScenes; QCNet's MAXDE under its min-FDE default).
+    pub(crate) fn miss_from_selected_mode(&self) -> bool {
+        self.selection == ModeSelection::MinFde
+            && !matches!(self.miss, MissRule::MaxDistance { .. })
+    }
+
     /// Whether a miss needs a final step: under max distance an agent with any valid step can
     /// be scored (its miss is every kept mode's, whatever the selection, and needs no FDE).
     pub(crate) fn miss_needs_final(&self) -> bool {

@@ -3,7 +3,7 @@
 use crate::confidence_order::cmp_signless;
 use crate::config::MetricsConfig;
 use crate::mode_errors::{BatchPlan, UnitErrors};
-use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
+use crate::policy::{ModeSelection, Pruning, TieOrder};
 use crate::sums::{MetricSums, TopKSums};
 
 /// Fills `order` with the mode indices from highest to lowest rank.
@@ -83,11 +83,10 @@ pub(crate) fn accumulate_unit(
                 ModeSelection::MinFde => best_fde,
                 ModeSelection::Independent => best_ade,
             };
-            // The max distance misses when every kept mode does, whatever the selection
-            // (nuScenes; QCNet's MAXDE, the minimum over modes, under its min-FDE default).
-            let missed = match (config.selection, config.miss) {
-                (_, MissRule::MaxDistance { .. }) | (ModeSelection::Independent, _) => !any_hit,
-                (ModeSelection::MinFde, _) => miss[best_fde],
+            let missed = if config.miss_from_selected_mode() {
+                miss[best_fde]
+            } else {
+                !any_hit
             };
             let probability = |mode: usize| {
                 probabilities.map(|p| {

@@ -4,7 +4,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::MetricsConfig;
-use crate::policy::{MissRule, ModeSelection, Pruning, TieOrder};
+use crate::policy::{ModeSelection, Pruning, TieOrder};
 use crate::sums::{Mean, MetricSums};
 use crate::tensor::TensorTrajectoryBatch;
 use crate::tensor::locate::{Check, checks, locate_error};
@@ -316,17 +316,14 @@ fn select<B: Backend>(
         }
         ModeSelection::Independent => best(&errors.ade),
     };
-    // The max distance misses when every kept mode does, whatever the selection (see the host
-    // path's `accumulate_unit`).
-    let missed = match (config.selection, config.miss) {
-        (ModeSelection::MinFde, miss) if !matches!(miss, MissRule::MaxDistance { .. }) => {
-            (errors.miss.clone() * fde_mode.clone()).sum_dim(1)
-        }
-        _ => errors
+    let missed = if config.miss_from_selected_mode() {
+        (errors.miss.clone() * fde_mode.clone()).sum_dim(1)
+    } else {
+        errors
             .miss
             .clone()
             .mask_fill(dropped.clone(), 1.0)
-            .min_dim(1),
+            .min_dim(1)
     };
     let ade_ok = match config.selection {
         ModeSelection::MinFde => errors.has_final.clone(),
