@@ -159,6 +159,14 @@ fn step_of(name: &str) -> Option<u64> {
 
 /// The checkpoint files in `directory`, oldest first.
 pub fn list_checkpoints(directory: &Path) -> Result<Vec<PathBuf>> {
+    Ok(checkpoints_by_step(directory)?
+        .into_iter()
+        .map(|(_, path)| path)
+        .collect())
+}
+
+/// The checkpoint files in `directory` with their steps, oldest first.
+fn checkpoints_by_step(directory: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let entries = match std::fs::read_dir(directory) {
         Ok(entries) => entries,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -178,7 +186,7 @@ pub fn list_checkpoints(directory: &Path) -> Result<Vec<PathBuf>> {
         })
         .collect();
     found.sort();
-    Ok(found.into_iter().map(|(_, path)| path).collect())
+    Ok(found)
 }
 
 /// The newest checkpoint in `directory`, if any: pass it to
@@ -196,14 +204,11 @@ pub fn latest_checkpoint(directory: &Path) -> Result<Option<PathBuf>> {
 /// abandoned run at the next restart. It is renamed `….kiln.abandoned` (kept, and no longer
 /// listed), with a warning. Returns the files set aside.
 pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<PathBuf>> {
-    let files = list_checkpoints(directory)?;
-    let (ours, later): (Vec<PathBuf>, Vec<PathBuf>) = files.into_iter().partition(|path| {
-        path.file_name()
-            .and_then(|name| step_of(name.to_str()?))
-            .is_some_and(|step| step <= written)
-    });
+    let (ours, later): (Vec<_>, Vec<_>) = checkpoints_by_step(directory)?
+        .into_iter()
+        .partition(|(step, _)| *step <= written);
     let mut set_aside = Vec::with_capacity(later.len());
-    for path in later {
+    for (_, path) in later {
         let mut abandoned = path.clone().into_os_string();
         abandoned.push(".abandoned");
         let abandoned = PathBuf::from(abandoned);
@@ -221,7 +226,7 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
         set_aside.push(abandoned);
     }
     let excess = ours.len().saturating_sub(keep);
-    for path in &ours[..excess] {
+    for (_, path) in &ours[..excess] {
         std::fs::remove_file(path).map_err(|source| Error::CheckpointIo {
             path: path.clone(),
             action: "remove old checkpoint",
