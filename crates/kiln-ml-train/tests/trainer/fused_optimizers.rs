@@ -29,6 +29,7 @@ backend_tests!(
     fused_optimizers_forget_kept_parameters_when_a_checkpoint_loads,
     fused_adam_continues_from_burns_adam_state,
     fused_adam_skips_an_f16_overflow_as_burns_adam_does,
+    a_fused_optimizer_moved_to_a_new_trainer_steps_the_new_model,
 );
 
 /// Twelve linear layers: 24 parameter tensors.
@@ -270,15 +271,14 @@ fn fused_optimizers_forget_kept_parameters_when_a_checkpoint_loads<B: AutodiffBa
 
 /// A fused optimizer cloned from one trainer into a new one does not take the parameters it
 /// kept for the new trainer's model, though their ids match (a copy rolled back to the start).
-#[test]
-fn a_fused_optimizer_moved_to_a_new_trainer_steps_the_new_model() {
-    type B = burn::backend::Autodiff<burn::backend::Flex>;
-    let device = Default::default();
+fn a_fused_optimizer_moved_to_a_new_trainer_steps_the_new_model<B: AutodiffBackend>(
+    device: B::Device,
+) {
     let data = batches::<B>(6, BATCH, 7, &device);
     let start = deep_model::<B>(&device);
     let trainer = |optimizer| -> Trainer<B, Mlp<B>, _, f64> {
         config(Precision::F32)
-            .init(start.clone(), optimizer, LEARNING_RATE, device)
+            .init(start.clone(), optimizer, LEARNING_RATE, device.clone())
             .unwrap()
     };
     let mut first = trainer(FusedSgdConfig::new().init::<B>());

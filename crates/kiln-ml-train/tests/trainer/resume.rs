@@ -302,23 +302,37 @@ impl<B: AutodiffBackend> kiln_ml_train::TrainStep<B> for Tracked<B> {
 
 /// Loading a checkpoint gives the root's running statistics the saved ids: a mixed-precision
 /// step after it still leaves them in f32 in the master (their low-precision copy shares them).
-#[test]
-fn a_loaded_root_running_state_stays_f32_under_mixed_precision() {
-    type B = burn::backend::Autodiff<burn::backend::Flex>;
-    let device = Default::default();
+fn a_loaded_root_running_state_stays_f32_under_mixed_precision<B: AutodiffBackend>(
+    device: B::Device,
+) {
     let batches = common::batches::<B>(2, ROWS, 3, &device);
     let tracked = || Tracked::<B> {
         mlp: common::model::<B>(&device, 1),
         mean: burn::module::RunningState::new(burn::tensor::Tensor::zeros([4], &device)),
     };
-    let f16 = || TrainerConfig::new().with_precision(kiln_ml_train::Precision::F16Mixed);
+    // The device's first mixed precision (lavapipe has f16 only).
+    let precision = *common::mixed_precisions::<B>(&device).first().unwrap();
+    let mixed = || TrainerConfig::new().with_precision(precision);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tracked.kiln");
-    let mut first = Trainer::new(tracked(), AdamConfig::new().init(), 0.01, f16(), device).unwrap();
+    let mut first = Trainer::new(
+        tracked(),
+        AdamConfig::new().init(),
+        0.01,
+        mixed(),
+        device.clone(),
+    )
+    .unwrap();
     first.train_batch(batches[0].clone()).unwrap();
     first.save_checkpoint(&path).unwrap();
-    let mut resumed =
-        Trainer::new(tracked(), AdamConfig::new().init(), 0.01, f16(), device).unwrap();
+    let mut resumed = Trainer::new(
+        tracked(),
+        AdamConfig::new().init(),
+        0.01,
+        mixed(),
+        device.clone(),
+    )
+    .unwrap();
     resumed.load_checkpoint(&path).unwrap();
     resumed.train_batch(batches[1].clone()).unwrap();
     assert_eq!(
@@ -468,4 +482,5 @@ crate::backend_tests!(
     resumed_f16_run_with_scaler_state_is_bit_identical,
     fit_checkpoints_rotate_and_resume,
     checkpoint_errors_are_explicit,
+    a_loaded_root_running_state_stays_f32_under_mixed_precision,
 );
