@@ -30,5 +30,14 @@ fn an_agent_misses_only_when_every_kept_mode_misses() {
         assert_eq!(report.at(2).unwrap().miss_rate, Some(0.0), "{selection:?}");
         // The min-FDE mode still gives minFDE under either selection.
         assert_eq!(report.at(2).unwrap().min_fde, Some(0.0), "{selection:?}");
+        // The tensor path on the GPU-style backend (lavapipe in CI) reads the miss alike.
+        #[cfg(feature = "wgpu")]
+        if let Some(device) = kiln_ml_testkit::wgpu_device() {
+            let on_wgpu = case
+                .tensor_on::<burn::backend::Wgpu>(&config, &device)
+                .unwrap();
+            assert_eq!(on_wgpu.at(1).unwrap().miss_rate, Some(1.0), "{selection:?}");
+            assert_eq!(on_wgpu.at(2).unwrap().miss_rate, Some(0.0), "{selection:?}");
+        }
     }
 }
