@@ -215,11 +215,13 @@ where
             Some(bytes) if self.config.ema.is_some() => {
                 let record: M::Record = Recorder::<B>::load(&recorder, bytes, &self.device)
                     .map_err(decode_error(EMA))?;
-                Some(self.model().clone().load_record(record))
+                Some(crate::independent_copy(self.model()).load_record(record))
             }
             _ => None,
         };
-        let model = self.model().clone().load_record(model_record);
+        // Into a copy with running statistics of its own: `load_record` writes them in place,
+        // and a checkpoint refused below must leave the live model as it was.
+        let model = crate::independent_copy(self.model()).load_record(model_record);
         crate::materialize(&model);
         let (expected, loaded) = (param_shapes(self.model()), param_shapes(&model));
         if let Some((index, saved, current)) = first_shape_difference(&loaded, &expected) {

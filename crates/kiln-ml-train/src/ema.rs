@@ -62,8 +62,11 @@ pub(crate) fn ema_update<B: AutodiffBackend, M: AutodiffModule<B>>(
 }
 
 /// A copy of `model`'s parameters as the average's starting point, detached from autodiff.
+/// It has running statistics of its own (a clone would share the model's, and every update
+/// would write the blend into the model's in place), averaged like the weights, as timm's
+/// `ModelEmaV2` averages buffers.
 pub(crate) fn ema_start<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M) -> M {
-    ema_update(model.clone(), model, 0.0)
+    ema_update(crate::independent_copy(model), model, 0.0)
 }
 
 /// Every float parameter's value, flattened, in visiting order.

@@ -93,10 +93,13 @@ impl LrFinder {
         }
     }
 
-    /// Runs the sweep on `model` (a copy: pass `model.clone()` to keep yours as it is) with a
-    /// fresh `optim`, under `config` (its precision, clipping and accumulation; it reads the
-    /// loss back every step and writes no checkpoint), over at most `steps` optimizer steps of
-    /// `batches`.
+    /// Runs the sweep on `model` with a fresh `optim`, under `config` (its precision, clipping
+    /// and accumulation; it reads the loss back every step and writes no checkpoint), over at
+    /// most `steps` optimizer steps of `batches`.
+    ///
+    /// Pass `model.clone()` to keep yours as it is: the sweep trains an
+    /// [`independent_copy`](crate::independent_copy), so not even the running statistics that
+    /// a Burn clone shares (`BatchNorm`'s) change.
     ///
     /// A step the trainer skips for non-finite gradients (under f16-mixed, while the loss scale
     /// calibrates) changes neither the weights nor the rate, so it is not a sweep step: it is
@@ -134,6 +137,9 @@ impl LrFinder {
             .with_checkpoint(None)
             .with_num_epochs(1);
         let sweep = ExponentialSweep::new(self.min_lr, self.max_lr, self.steps);
+        // A clone shares running statistics with the caller's model; the sweep, which ends
+        // diverging, must not write its statistics there.
+        let model = crate::independent_copy(&model);
         let mut trainer = Trainer::new(model, optim, sweep, config, device)?;
         let mut finding = LrFinding {
             learning_rates: Vec::new(),

@@ -11,8 +11,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor};
 use kiln_ml_testkit::MeanMetric;
 use kiln_ml_train::{
-    Autocast, Error, InferenceStep, Precision, PrecisionPolicy, StepOutput, TrainStep, Trainer,
-    TrainerConfig,
+    Autocast, EmaConfig, Error, InferenceStep, LrFinder, Precision, PrecisionPolicy, StepOutput,
+    TrainStep, Trainer, TrainerConfig,
 };
 
 use crate::common::{self, Batch, INPUTS};
@@ -29,11 +29,16 @@ pub struct NormMlp<B: Backend> {
 
 impl<B: Backend> NormMlp<B> {
     fn new(device: &B::Device) -> Self {
+        Self::with_outputs(device, 1)
+    }
+
+    /// With `outputs` outputs: another shape of the last layer, for checkpoint mismatches.
+    fn with_outputs(device: &B::Device, outputs: usize) -> Self {
         let model = Self {
             input: LinearConfig::new(INPUTS, 8).init(device),
             batch_norm: BatchNormConfig::new(8).init(device),
             layer_norm: LayerNormConfig::new(8).init(device),
-            output: LinearConfig::new(8, 1).init(device),
+            output: LinearConfig::new(8, outputs).init(device),
             activation: Relu::new(),
         };
         kiln_ml_train::materialize(&model);
@@ -247,8 +252,116 @@ fn a_norm_without_keep_f32_is_a_named_error<B: AutodiffBackend>(device: B::Devic
     assert!(error.to_string().contains("keep_f32"), "{error}");
 }
 
+/// The BatchNorm running variance, synced (Burn keeps a thread's last update aside).
+fn running_var<B: Backend>(model: &NormMlp<B>) -> Vec<f32> {
+    model
+        .batch_norm
+        .running_var
+        .value_sync()
+        .into_data()
+        .to_vec()
+        .unwrap()
+}
+
+/// The moving average keeps running statistics of its own. A Burn clone would share the
+/// master's, so the average's statistics would be the master's, and each update would write
+/// a blend into the master's in place.
+fn the_average_keeps_running_statistics_of_its_own<B: AutodiffBackend>(device: B::Device) {
+    let initial = NormMlp::<B>::new(&device);
+    let trainer_of = |ema: Option<EmaConfig>| {
+        Trainer::new(
+            kiln_ml_train::independent_copy(&initial),
+            AdamConfig::new().init(),
+            1e-2,
+            TrainerConfig::new().with_ema(ema),
+            device.clone(),
+        )
+        .unwrap()
+    };
+    // A decay this close to 1 keeps the average at the first step's values, to 1e-5.
+    let mut trainer = trainer_of(Some(EmaConfig::new(0.99999)));
+    let mut plain = trainer_of(None);
+    let mut batches = common::batches::<B>(4, 8, 4, &device).into_iter();
+    let first = batches.next().unwrap();
+    trainer.train_batch(first.clone()).unwrap();
+    plain.train_batch(first).unwrap();
+    let started = running_var(trainer.model());
+    assert_eq!(running_var(trainer.ema_model().unwrap()), started);
+    for batch in batches {
+        trainer.train_batch(batch.clone()).unwrap();
+        plain.train_batch(batch).unwrap();
+    }
+    let master = running_var(trainer.model());
+    assert!(common::max_abs_diff(&master, &started) > 1e-3, "{master:?}");
+    let average = running_var(trainer.ema_model().unwrap());
+    assert!(
+        common::max_abs_diff(&average, &started) < 1e-4,
+        "the average's statistics moved with the master's: {average:?}, started at {started:?}"
+    );
+    // Keeping the average leaves the master's statistics exactly as training made them.
+    assert_eq!(master, running_var(plain.model()));
+}
+
+/// A checkpoint refused for its shapes leaves the live model's running statistics as they
+/// were (loading writes running statistics in place, into every clone that shares them).
+fn a_refused_checkpoint_leaves_the_running_statistics_alone<B: AutodiffBackend>(device: B::Device) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.kiln");
+    let wide = Trainer::new(
+        NormMlp::<B>::with_outputs(&device, 2),
+        AdamConfig::new().init(),
+        1e-2,
+        TrainerConfig::new(),
+        device.clone(),
+    )
+    .unwrap();
+    wide.save_checkpoint(&path).unwrap();
+
+    let mut trainer = Trainer::new(
+        NormMlp::<B>::new(&device),
+        AdamConfig::new().init(),
+        1e-2,
+        TrainerConfig::new(),
+        device.clone(),
+    )
+    .unwrap();
+    for batch in common::batches::<B>(3, 8, 4, &device) {
+        trainer.train_batch(batch).unwrap();
+    }
+    let trained = running_var(trainer.model());
+    assert_ne!(trained, running_var(wide.model()));
+    let error = trainer.load_checkpoint(&path).expect_err("other shapes");
+    assert!(matches!(error, Error::CheckpointMismatch { .. }), "{error}");
+    assert_eq!(running_var(trainer.model()), trained);
+}
+
+/// The range test trains a copy: the caller's clone keeps its running statistics, although
+/// Burn clones share them.
+fn the_range_test_leaves_the_callers_running_statistics_alone<B: AutodiffBackend>(
+    device: B::Device,
+) {
+    let model = NormMlp::<B>::new(&device);
+    let before = running_var(&model);
+    let finding = LrFinder::new(1e-4, 1.0, 8)
+        .run(
+            model.clone(),
+            AdamConfig::new().init(),
+            TrainerConfig::new(),
+            device.clone(),
+            common::batches::<B>(8, 8, 4, &device)
+                .into_iter()
+                .map(Ok::<_, std::io::Error>),
+        )
+        .unwrap();
+    assert!(!finding.losses.is_empty());
+    assert_eq!(running_var(&model), before);
+}
+
 crate::backend_tests!(
     norm_layers_keep_an_f32_master,
     running_statistics_stay_f32_without_the_norm_rule,
     a_norm_without_keep_f32_is_a_named_error,
+    the_average_keeps_running_statistics_of_its_own,
+    a_refused_checkpoint_leaves_the_running_statistics_alone,
+    the_range_test_leaves_the_callers_running_statistics_alone,
 );
