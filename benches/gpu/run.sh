@@ -120,7 +120,8 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$WORK}
 if [ "$DRY" = 1 ]; then
   GPU=cpu
   DATA_SIZE=(--files 6 --players 3072 --valid-players 512)
-  SIZE=(--width 64 --epochs 2 --diagnose-steps 2)
+  # Every quickstart names the data it reads: --dir refuses a dataset other flags wrote.
+  SIZE=(--width 64 --epochs 2 --diagnose-steps 2 "${DATA_SIZE[@]}")
   TORCH_SIZE=(--epochs 2 --width 64 --device cpu)
 else
   GPU=cuda

@@ -46,6 +46,7 @@ use kiln_ml::train::{
     LrFinder, Mode, Precision, ProgressObserver, TrainerConfig, latest_checkpoint,
 };
 use kiln_ml_examples::cli::at_least_one;
+use kiln_ml_examples::dataset_dir::{self, Prepared};
 
 use crate::model::{Forecaster, MODES, PlayerBatch, PlayerBatcher};
 use crate::optimizer::OptimizerKind;
@@ -96,7 +97,9 @@ struct Args {
     seed: u64,
     #[command(flatten)]
     device: kiln_ml_examples::cli::DeviceChoice,
-    /// Keep the dataset and cache here (reused by later runs) instead of a temporary directory.
+    /// Keep the dataset and cache here instead of a temporary directory. Later runs reuse them
+    /// when they ask for the same data (`--files`, `--players`, `--valid-players`,
+    /// `--row-group`, `--seed`, recorded in DIR/dataset.json) and are refused otherwise.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Write a checkpoint after every epoch here, and resume from the newest one found.
@@ -610,31 +613,54 @@ impl BackendTask for Quickstart {
     }
 }
 
-/// Writes the training and validation splits unless `root` already holds them.
+/// What decides the dataset's rows: the flags that write it (and the generator's version,
+/// bumped whenever `dataset::write_split` writes other rows for the same flags).
+#[derive(serde::Serialize)]
+struct DatasetSpec {
+    generator: u32,
+    files: u32,
+    players: u64,
+    valid_players: u64,
+    row_group: usize,
+    seed: u64,
+}
+
+/// The training and validation splits under `root`: written by the first run, reused by
+/// later ones with the same data flags, refused for other flags (`--dir` keeps them).
 fn prepare_data(args: &Args, root: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let train_dir = root.join("train");
-    let valid_dir = root.join("valid");
-    if train_dir.is_dir() && valid_dir.is_dir() {
-        println!("dataset   reusing {}", root.display());
-        return Ok((train_dir, valid_dir));
-    }
+    let (train_dir, valid_dir) = (root.join("train"), root.join("valid"));
+    let spec = DatasetSpec {
+        generator: 1,
+        files: args.files,
+        players: args.players,
+        valid_players: args.valid_players,
+        row_group: args.row_group,
+        seed: args.seed,
+    };
     let started = Instant::now();
-    dataset::write_split(
-        &train_dir,
-        args.files,
-        args.players,
-        args.row_group,
-        args.seed,
-    )?;
-    dataset::write_split(
-        &valid_dir,
-        4,
-        args.valid_players,
-        args.row_group,
-        args.seed + 1,
-    )?;
+    let prepared = dataset_dir::reuse_or_write(root, &spec, &["train", "valid"], || {
+        dataset::write_split(
+            &train_dir,
+            args.files,
+            args.players,
+            args.row_group,
+            args.seed,
+        )?;
+        dataset::write_split(
+            &valid_dir,
+            4,
+            args.valid_players,
+            args.row_group,
+            args.seed + 1,
+        )?;
+        Ok(())
+    })?;
+    let done = match prepared {
+        Prepared::Reused => "reusing",
+        Prepared::Written => "wrote",
+    };
     println!(
-        "dataset   wrote {} + {} players to {} ({:.2} s)",
+        "dataset   {done} {} + {} players in {} ({:.2} s)",
         args.players,
         args.valid_players,
         root.display(),
