@@ -4,7 +4,7 @@
 use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
 use burn::tensor::backend::AutodiffBackend;
-use kiln_ml::core::{BlockSource, PlanRequest};
+use kiln_ml::core::{BlockSource, PlanRequest, Sampler};
 use kiln_ml::data::{BurnCollate, LoaderConfig};
 use kiln_ml::profile::{LoaderTuner, LoaderTuning};
 use kiln_ml::sampler::{RemainderPolicy, SequentialSampler, Sharding};
@@ -22,7 +22,14 @@ pub fn tune_loader<B: AutodiffBackend>(
 ) -> anyhow::Result<LoaderTuning> {
     let batches = args.tune_batches.min((args.samples / args.batch) as usize);
     let sampler = SequentialSampler::new(Sharding::new(args.batch, RemainderPolicy::Drop));
-    let tuning = LoaderTuner::new().run(|setting| -> anyhow::Result<u64> {
+    let automatic = automatic_depth::<B>(args, pipeline, &sampler, device)?;
+    // The loader's own depth among the candidates, so the sweep can tell whether tuning beats
+    // leaving the depth to the loader.
+    let depths = LoaderTuner::DEFAULT_PREFETCH_DEPTHS
+        .into_iter()
+        .chain([automatic]);
+    let tuner = LoaderTuner::new().with_prefetch_depths(depths)?;
+    let tuning = tuner.run(|setting| -> anyhow::Result<u64> {
         // Exactly the batches read: a loader dropped mid-epoch would first finish the blocks
         // it read ahead, which no training run pays.
         let source = SyntheticSource::new(
@@ -54,4 +61,21 @@ pub fn tune_loader<B: AutodiffBackend>(
         Ok(samples)
     })?;
     Ok(tuning)
+}
+
+/// The prefetch depth the loader picks itself for this pipeline's batches (its default
+/// configuration, `LoaderConfig::prefetch_batches` left unset).
+fn automatic_depth<B: AutodiffBackend>(
+    args: &Args,
+    pipeline: &Pipeline,
+    sampler: &SequentialSampler,
+    device: &B::Device,
+) -> anyhow::Result<usize> {
+    let source = SyntheticSource::new(args.batch, args.batch, pipeline.cost_per_sample)?;
+    let plan = sampler.plan(&source, &PlanRequest::new(args.seed, 0))?;
+    let loader = LoaderConfig::new().with_workers(1).init(
+        source,
+        BurnCollate::<B, _, RegressionBatch<B>>::new(RowBatcher, device.clone()),
+    )?;
+    Ok(loader.prefetch_batches(&plan))
 }

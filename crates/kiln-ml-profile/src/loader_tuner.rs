@@ -34,7 +34,10 @@ use crate::{Error, Result};
 /// ```
 ///
 /// kiln-ml-data's `Loader` needs at least one worker: start its sweep at 1
-/// (`with_worker_counts(LoaderTuner::worker_counts_up_to(cores).into_iter().skip(1))`).
+/// (`with_worker_counts(LoaderTuner::worker_counts_up_to(cores).into_iter().skip(1))`). Its
+/// own prefetch depth (`Loader::prefetch_batches`, up to 256 batches for small ones) is not
+/// among the default depths: add it with
+/// [`with_prefetch_depths`](Self::with_prefetch_depths) to learn whether tuning beats it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoaderTuner {
     worker_counts: Vec<usize>,
