@@ -306,33 +306,29 @@ fn a_loaded_root_running_state_stays_f32_under_mixed_precision<B: AutodiffBacken
     device: B::Device,
 ) {
     let batches = common::batches::<B>(2, ROWS, 3, &device);
-    let tracked = || Tracked::<B> {
-        mlp: common::model::<B>(&device, 1),
-        mean: burn::module::RunningState::new(burn::tensor::Tensor::zeros([4], &device)),
-    };
     // The device's first mixed precision (lavapipe has f16 only).
     let precision = *common::mixed_precisions::<B>(&device).first().unwrap();
-    let mixed = || TrainerConfig::new().with_precision(precision);
+    let trainer = || {
+        let tracked = Tracked::<B> {
+            mlp: common::model::<B>(&device, 1),
+            mean: burn::module::RunningState::new(burn::tensor::Tensor::zeros([4], &device)),
+        };
+        let config = TrainerConfig::new().with_precision(precision);
+        Trainer::new(
+            tracked,
+            AdamConfig::new().init(),
+            0.01,
+            config,
+            device.clone(),
+        )
+        .unwrap()
+    };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tracked.kiln");
-    let mut first = Trainer::new(
-        tracked(),
-        AdamConfig::new().init(),
-        0.01,
-        mixed(),
-        device.clone(),
-    )
-    .unwrap();
+    let mut first = trainer();
     first.train_batch(batches[0].clone()).unwrap();
     first.save_checkpoint(&path).unwrap();
-    let mut resumed = Trainer::new(
-        tracked(),
-        AdamConfig::new().init(),
-        0.01,
-        mixed(),
-        device.clone(),
-    )
-    .unwrap();
+    let mut resumed = trainer();
     resumed.load_checkpoint(&path).unwrap();
     resumed.train_batch(batches[1].clone()).unwrap();
     assert_eq!(
