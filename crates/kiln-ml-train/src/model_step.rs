@@ -64,7 +64,8 @@ impl<B: Backend, O> StepOutput<B, O> {
         items: u64,
         item: O,
     ) -> Self {
-        let loss = per_element.mask_fill(mask.bool_not(), 0.0).sum();
+        // In a fixed order, so the loss read back repeats to the bit (see `fixed_order_sum`).
+        let loss = crate::fixed_order_sum(per_element.mask_fill(mask.bool_not(), 0.0));
         Self::new(loss, item).with_items(items)
     }
 }
