@@ -1,6 +1,6 @@
 //! Input checks shared by the host and tensor paths, with errors that say where.
 
-use crate::policy::{ProbabilityCheck, ProbabilityPolicy};
+use crate::policy::{ProbabilityCheck, ProbabilityPolicy, ZeroMass};
 use crate::{Error, Result};
 
 /// Checks that a field has `product(shape)` values.
@@ -113,7 +113,7 @@ pub(crate) fn check_probability_row(
             tolerance,
         });
     }
-    if policy.renormalize && sum <= 0.0 {
+    if policy.renormalize && policy.zero_mass == ZeroMass::Refuse && sum <= 0.0 {
         return Err(Error::ProbabilitiesSumToZero { prediction });
     }
     Ok(())
@@ -146,6 +146,7 @@ mod tests {
             check,
             renormalize: true,
             low_probability_floor: 0.05,
+            zero_mass: ZeroMass::Refuse,
         };
         let unit = policy(ProbabilityCheck::UnitInterval);
         assert!(matches!(

@@ -77,7 +77,7 @@ pub use host::Parallelism;
 pub use metric::TrajectoryMetrics;
 pub use policy::{
     FinalStep, MissRule, ModeSelection, ProbabilityCheck, ProbabilityPolicy, Pruning, SpeedScaling,
-    TieOrder,
+    TieOrder, ZeroMass,
 };
 pub use precision_sums::{MatchOutcome, MatchSample, PrecisionBucket, PrecisionSums};
 pub use report::{HorizonReport, MetricReport, TopKReport};

@@ -134,6 +134,22 @@ pub struct ProbabilityPolicy {
     pub renormalize: bool,
     /// The floor of the p-minADE/p-minFDE penalty: `-ln(max(p, floor))` (Argoverse 1: 0.05).
     pub low_probability_floor: f64,
+    /// Under `renormalize`, what a prediction whose kept modes have no mass at all gets
+    /// (absent from older saved configurations: [`ZeroMass::Refuse`]).
+    #[serde(default)]
+    pub zero_mass: ZeroMass,
+}
+
+/// What renormalizing does with a prediction whose kept modes' probabilities are all 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ZeroMass {
+    /// A row that sums to 0 is refused ([`Error::ProbabilitiesSumToZero`](crate::Error)); kept
+    /// modes with no mass while others have some get probability 0 (the limit), not 0/0.
+    #[default]
+    Refuse,
+    /// The kept modes share the mass equally, 1/K each, as if their confidences were equal
+    /// (Waymo: its confidences need not sum to one, and it treats all-zero ones as uniform).
+    Uniform,
 }
 
 /// What probability values a policy accepts.

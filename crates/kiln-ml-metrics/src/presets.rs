@@ -5,7 +5,7 @@
 use crate::config::{Horizon, MetricsConfig};
 use crate::policy::{
     FinalStep, MissRule, ModeSelection, ProbabilityCheck, ProbabilityPolicy, Pruning, SpeedScaling,
-    TieOrder,
+    TieOrder, ZeroMass,
 };
 
 /// Argoverse 1's `LOW_PROB_THRESHOLD_FOR_METRICS`.
@@ -30,6 +30,7 @@ impl MetricsConfig {
                 check: ProbabilityCheck::NonNegative,
                 renormalize: true,
                 low_probability_floor: LOW_PROBABILITY_FLOOR,
+                zero_mass: ZeroMass::Refuse,
             },
             agents_per_prediction: 1,
         }
@@ -53,6 +54,7 @@ impl MetricsConfig {
                 check: ProbabilityCheck::SumToOne { tolerance: 1e-5 },
                 renormalize: false,
                 low_probability_floor: LOW_PROBABILITY_FLOOR,
+                zero_mass: ZeroMass::Refuse,
             },
             agents_per_prediction: 1,
         }
@@ -79,6 +81,7 @@ impl MetricsConfig {
                 check: ProbabilityCheck::UnitInterval,
                 renormalize: true,
                 low_probability_floor: LOW_PROBABILITY_FLOOR,
+                zero_mass: ZeroMass::Refuse,
             },
             agents_per_prediction: 1,
         }
@@ -110,6 +113,7 @@ impl MetricsConfig {
                 check: ProbabilityCheck::NonNegative,
                 renormalize: true,
                 low_probability_floor: LOW_PROBABILITY_FLOOR,
+                zero_mass: ZeroMass::Uniform,
             },
             agents_per_prediction: 1,
         }

@@ -3,7 +3,7 @@
 use crate::confidence_order::cmp_signless;
 use crate::config::MetricsConfig;
 use crate::mode_errors::{BatchPlan, UnitErrors};
-use crate::policy::{ModeSelection, Pruning, TieOrder};
+use crate::policy::{ModeSelection, Pruning, TieOrder, ZeroMass};
 use crate::sums::{MetricSums, TopKSums};
 
 /// Fills `order` with the mode indices from highest to lowest rank.
@@ -91,16 +91,17 @@ pub(crate) fn accumulate_unit(
             let probability = |mode: usize| {
                 probabilities.map(|p| {
                     let p = f64::from(p[mode]);
-                    // Kept modes with no mass at all keep none after renormalizing (the
+                    // Kept modes with no mass at all share it equally or keep none (the
                     // limit), rather than 0/0 poisoning every later merge with NaN.
-                    if config.probabilities.renormalize {
-                        if kept_probability > 0.0 {
-                            p / kept_probability
-                        } else {
-                            0.0
-                        }
-                    } else {
+                    if !config.probabilities.renormalize {
                         p
+                    } else if kept_probability > 0.0 {
+                        p / kept_probability
+                    } else {
+                        match config.probabilities.zero_mass {
+                            ZeroMass::Uniform => 1.0 / rank as f64,
+                            ZeroMass::Refuse => 0.0,
+                        }
                     }
                 })
             };

@@ -10,7 +10,7 @@ use burn::tensor::backend::Backend;
 use crate::Error;
 use crate::config::MetricsConfig;
 use crate::input_checks::{check_finite, check_probability_row};
-use crate::policy::ProbabilityCheck;
+use crate::policy::{ProbabilityCheck, ZeroMass};
 use crate::tensor::TensorTrajectoryBatch;
 
 /// One field's per-prediction violation counts.
@@ -85,7 +85,7 @@ pub(crate) fn checks<B: Backend>(
                     .greater_elem(tolerance as f32)
                     .float();
         }
-        if policy.renormalize {
+        if policy.renormalize && policy.zero_mass == ZeroMass::Refuse {
             flags = flags + total.lower_equal_elem(0.0).float();
         }
         checks.push(Check {

@@ -4,7 +4,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::MetricsConfig;
-use crate::policy::{ModeSelection, Pruning, TieOrder};
+use crate::policy::{ModeSelection, Pruning, TieOrder, ZeroMass};
 use crate::sums::{Mean, MetricSums};
 use crate::tensor::TensorTrajectoryBatch;
 use crate::tensor::locate::{Check, checks, locate_error};
@@ -349,10 +349,17 @@ fn select<B: Backend>(
             let probability_of = |mode: &Tensor<B, 2>| {
                 let p_mode = (p.clone() * mode.clone()).sum_dim(1);
                 if policy.renormalize {
-                    // As on the host: no kept mass gives probability 0, not 0/0.
+                    // As on the host: no kept mass gives 1/K (uniform) or 0, not 0/0.
                     let kept_sum = p.clone().mask_fill(dropped.clone(), 0.0).sum_dim(1);
                     let empty = kept_sum.clone().equal_elem(0.0);
-                    p_mode / kept_sum.mask_fill(empty, 1.0)
+                    let renormalized = p_mode / kept_sum.mask_fill(empty.clone(), 1.0);
+                    match policy.zero_mass {
+                        ZeroMass::Refuse => renormalized,
+                        ZeroMass::Uniform => {
+                            let kept = dropped.clone().bool_not().float().sum_dim(1);
+                            renormalized.mask_where(empty, kept.recip())
+                        }
+                    }
                 } else {
                     p_mode
                 }

@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::{Case, assert_close};
-use kiln_ml_metrics::{MetricsConfig, ProbabilityCheck, Pruning};
+use kiln_ml_metrics::{Error, MetricsConfig, ProbabilityCheck, Pruning, ZeroMass};
 
 #[test]
 fn kept_modes_without_mass_get_probability_zero_not_nan() {
@@ -26,4 +26,45 @@ fn kept_modes_without_mass_get_probability_zero_not_nan() {
     assert_close(top1.brier_min_fde, 1.5, 1e-6);
     let top3 = &report.horizons[0].top_k[1];
     assert!(top3.brier_min_fde.is_some_and(f64::is_finite));
+}
+
+/// Waymo's policy: kept modes without mass share it equally, on the host and on the device;
+/// the default policy refuses a row that sums to zero, naming the prediction.
+#[test]
+fn kept_modes_without_mass_share_it_uniformly_under_waymo() {
+    assert_eq!(
+        MetricsConfig::waymo().probabilities.zero_mass,
+        ZeroMass::Uniform
+    );
+    let mut config = MetricsConfig::argoverse2();
+    config.top_k = vec![1, 3];
+    config.pruning = Pruning::FirstK;
+    config.probabilities.check = ProbabilityCheck::NonNegative;
+    config.probabilities.renormalize = true;
+    config.probabilities.zero_mass = ZeroMass::Uniform;
+    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
+    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
+    let case = |probabilities: &[f32]| {
+        Case::from_points(&[vec![mode(0.5), mode(1.0), mode(3.0)]], &[truth.clone()])
+            .with_probabilities(probabilities)
+    };
+
+    // Mode 0 alone is kept at K = 1, without mass: it gets all of it.
+    let report = case(&[0.0, 0.5, 0.5]).both(&config);
+    assert_close(report.horizons[0].top_k[0].brier_min_fde, 0.5, 1e-6);
+    // Every confidence 0: at K = 3 the closest mode gets a third.
+    let all_zero = case(&[0.0, 0.0, 0.0]);
+    let report = all_zero.both(&config);
+    assert_close(report.horizons[0].top_k[0].brier_min_fde, 0.5, 1e-6);
+    let third = 0.5 + (1.0f64 - 1.0 / 3.0).powi(2);
+    assert_close(report.horizons[0].top_k[1].brier_min_fde, third, 1e-6);
+
+    config.probabilities.zero_mass = ZeroMass::Refuse;
+    for refused in [all_zero.host(&config), all_zero.tensor(&config)] {
+        let error = refused.expect_err("a row summing to zero");
+        assert!(
+            matches!(error, Error::ProbabilitiesSumToZero { prediction: 0 }),
+            "{error}"
+        );
+    }
 }
