@@ -45,8 +45,11 @@ fn kept_modes_without_mass_share_it_uniformly_under_waymo() {
     let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
     let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
     let case = |probabilities: &[f32]| {
-        Case::from_points(&[vec![mode(0.5), mode(1.0), mode(3.0)]], &[truth.clone()])
-            .with_probabilities(probabilities)
+        Case::from_points(
+            &[vec![mode(0.5), mode(1.0), mode(3.0)]],
+            std::slice::from_ref(&truth),
+        )
+        .with_probabilities(probabilities)
     };
 
     // Mode 0 alone is kept at K = 1, without mass: it gets all of it.
