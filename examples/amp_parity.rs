@@ -40,16 +40,16 @@ use rand_chacha::ChaCha8Rng;
 #[command(version)]
 struct Args {
     /// Samples in the synthetic dataset.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = at_least_one::<usize>)]
     samples: usize,
     /// Samples per batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>)]
     batch_size: usize,
     /// Epochs per precision.
     #[arg(long, default_value_t = 12, value_parser = at_least_one::<u64>)]
     epochs: u64,
     /// Width of the two hidden layers.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>)]
     hidden: usize,
     /// Seed for data and weights.
     #[arg(long, default_value_t = 7)]

@@ -50,13 +50,13 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     accumulation: usize,
     /// Width of the model's two hidden layers.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     width: usize,
     /// f32, f16_mixed or bf16_mixed.
     #[arg(long, default_value = "f32")]
     precision: Precision,
     /// SGD learning rate.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = kiln_ml_examples::cli::positive_finite)]
     learning_rate: f64,
     /// Seed for the data, the plan and the weights.
     #[arg(long, default_value_t = 7)]

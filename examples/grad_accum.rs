@@ -34,16 +34,16 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     accumulation: usize,
     /// Rows per micro-batch (b).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     micro_batch: usize,
     /// Full optimizer steps per epoch (each epoch adds one partial window of K/2 micro-batches).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     steps_per_epoch: usize,
     /// Epochs.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = kiln_ml_examples::cli::at_least_one::<u64>)]
     epochs: u64,
     /// SGD learning rate.
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = 0.2, value_parser = kiln_ml_examples::cli::positive_finite)]
     learning_rate: f64,
     /// Seed for data and weights.
     #[arg(long, default_value_t = 3)]

@@ -35,13 +35,13 @@ use rand_chacha::ChaCha8Rng;
 #[command(version)]
 struct Args {
     /// Number of agents, N.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     n: usize,
     /// Forecasts per agent, K.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 6, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     k: usize,
     /// Future steps per trajectory, T (10 Hz).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     t: usize,
     /// Seed of the synthetic data.
     #[arg(long, default_value_t = 42)]
@@ -50,10 +50,10 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Agents per tensor batch (a validation batch).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     batch: usize,
     /// Timed repetitions of each path; the fastest counts.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     repeats: usize,
     #[command(flatten)]
     device: kiln_ml_examples::cli::CpuDeviceChoice,
@@ -481,8 +481,10 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.6}"));
+    // K = 6 over fewer forecasts takes them all: name the K that was measured.
+    let k = args.k.min(6);
     println!(
-        "  minADE@6 {}  minFDE@6 {}  MR@6 {}  brier-minFDE@6 {}",
+        "  minADE@{k} {}  minFDE@{k} {}  MR@{k} {}  brier-minFDE@{k} {}",
         show(k6.min_ade),
         show(k6.min_fde),
         show(k6.miss_rate),
@@ -495,11 +497,11 @@ fn main() -> anyhow::Result<()> {
         show(k1.miss_rate)
     );
     if args.joint > 1 {
-        println!("  actorMR@6 {}", show(k6.actor_miss_rate));
+        println!("  actorMR@{k} {}", show(k6.actor_miss_rate));
     }
     if args.trajectory_types {
         println!(
-            "  mAP@6 {}  soft mAP@6 {}",
+            "  mAP@{k} {}  soft mAP@{k} {}",
             show(k6.mean_average_precision),
             show(k6.soft_mean_average_precision)
         );

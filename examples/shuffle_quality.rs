@@ -55,7 +55,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     epoch: u64,
     /// Plan builds timed per order; the median is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     repeats: usize,
     #[command(flatten)]
     output: kiln_ml_examples::cli::JsonOutput,

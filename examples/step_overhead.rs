@@ -49,19 +49,19 @@ use serde::{Deserialize, Serialize};
 #[command(version)]
 struct Args {
     /// Optimizer steps of the parity run (both optimizers, the same batches).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = at_least_one::<usize>)]
     steps: usize,
     /// Timed optimizer steps per optimizer (after `--warmup` untimed ones).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = at_least_one::<usize>)]
     timed_steps: usize,
     /// Untimed steps first: kernels compile and tune in them.
     #[arg(long, default_value_t = 10)]
     warmup: usize,
     /// Linear layers of the model (two parameter tensors each).
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = at_least_one::<usize>)]
     layers: usize,
     /// Width of the hidden layers.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>)]
     width: usize,
     /// Rows per batch.
     #[arg(long, default_value_t = 128, value_parser = at_least_one::<usize>)]
@@ -70,17 +70,17 @@ struct Args {
     #[arg(long, default_value = "f32")]
     precision: Precision,
     /// Global-norm clipping threshold (0: no clipping).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = kiln_ml_examples::cli::non_negative_finite)]
     max_norm: f64,
     /// Learning rate (constant).
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, default_value_t = 1e-3, value_parser = kiln_ml_examples::cli::positive_finite)]
     lr: f64,
     /// Alternating runs of the profiler-overhead measure, per side.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one::<usize>)]
     overhead_rounds: usize,
     /// Optimizer steps per run of the profiler-overhead measure (the cheap timer's period, 200,
     /// puts exactly one accurate step in each run of 200).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = at_least_one::<usize>)]
     overhead_steps: usize,
     /// Internal: count kernel launches only and write them to this file (the child process).
     #[arg(long, hide = true, value_name = "PATH")]
@@ -341,7 +341,7 @@ impl BackendTask for Measure {
 
         println!(
             "phase times: {} timed steps each, in {PHASE_TIME_ROUNDS} alternating rounds",
-            args.timed_steps
+            args.timed_steps.div_ceil(PHASE_TIME_ROUNDS) * PHASE_TIME_ROUNDS
         );
         let times = phase_times::<B>(args, &batches, &device)?;
 

@@ -28,7 +28,7 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     repeats: usize,
     /// Tensor sizes (elements), comma-separated; values uniform in [-1, 1).
-    #[arg(long, value_delimiter = ',', default_values_t = [1_000, 92_160, 1_000_000])]
+    #[arg(long, value_delimiter = ',', default_value = "1000,92160,1000000")]
     sizes: Vec<usize>,
     #[command(flatten)]
     device: kiln_ml_examples::cli::DeviceChoice,

@@ -54,13 +54,13 @@ struct Args {
     #[arg(long, default_value_t = 1500)]
     slow_transform_us: u64,
     /// Hidden width of the input-bound pipeline's (small) model.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     small_width: usize,
     /// Hidden width of the compute-bound pipeline's model.
-    #[arg(long, default_value_t = 768)]
+    #[arg(long, default_value_t = 768, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     wide_width: usize,
     /// Hidden layers of the compute-bound pipeline's model.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     wide_depth: usize,
     /// Loader worker threads of both pipelines.
     #[arg(long, default_value_t = 1)]
@@ -75,7 +75,7 @@ struct Args {
     #[arg(long)]
     tune_loader: bool,
     /// Batches each loader setting reads when tuning.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     tune_batches: usize,
     #[command(flatten)]
     output: kiln_ml_examples::cli::JsonOutput,
@@ -247,7 +247,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(tuning) = &tuning {
         println!(
             "loader tuning of the input-bound pipeline ({} batches per setting):",
-            args.tune_batches
+            tuning::batches_per_setting(&args)
         );
         print!("{}", tuning.table());
     }

@@ -20,7 +20,7 @@ pub fn tune_loader<B: AutodiffBackend>(
     pipeline: &Pipeline,
     device: &B::Device,
 ) -> anyhow::Result<LoaderTuning> {
-    let batches = args.tune_batches.min((args.samples / args.batch) as usize);
+    let batches = batches_per_setting(args);
     let sampler = SequentialSampler::new(Sharding::new(args.batch, RemainderPolicy::Drop));
     let automatic = automatic_depth::<B>(args, pipeline, &sampler, device)?;
     // The loader's own depth among the candidates, so the sweep can tell whether tuning beats
@@ -61,6 +61,11 @@ pub fn tune_loader<B: AutodiffBackend>(
         Ok(samples)
     })?;
     Ok(tuning)
+}
+
+/// Batches each setting reads: `--tune-batches`, at most the pipeline's whole dataset.
+pub fn batches_per_setting(args: &Args) -> usize {
+    args.tune_batches.min((args.samples / args.batch) as usize)
 }
 
 /// The prefetch depth the loader picks itself for this pipeline's batches (its default

@@ -44,7 +44,7 @@ static ALLOCATOR: PeakAlloc = PeakAlloc::new();
 #[command(version)]
 struct Args {
     /// The memory budget, in MiB: a trial whose peak exceeds it is out of memory.
-    #[arg(long, default_value_t = 48)]
+    #[arg(long, default_value_t = 48, value_parser = kiln_ml_examples::cli::at_least_one::<u64>)]
     budget_mb: u64,
     #[command(flatten)]
     device: kiln_ml_examples::cli::CpuDeviceChoice,
@@ -52,16 +52,16 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Mode::Binsearch)]
     mode: Mode,
     /// Hidden width of the MLP.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     width: usize,
     /// Hidden layers of the MLP.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     depth: usize,
     /// Samples in the dataset: no batch is larger.
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     dataset_size: usize,
     /// Training steps per trial.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
     steps_per_trial: usize,
     /// Run every trial in a fresh child process (this program, started again).
     #[arg(long)]
@@ -123,7 +123,7 @@ impl BackendTask for Find {
             .steps_per_trial(args.steps_per_trial)
             .dataset_size(args.dataset_size)
             .probe(Arc::clone(&self.probe))
-            .budget_bytes(args.budget_mb * 1024 * 1024);
+            .budget_bytes(args.budget_bytes());
         if args.mode == Mode::Shrink {
             finder = finder.start(args.dataset_size.min(8192));
         }
@@ -137,7 +137,7 @@ impl BackendTask for Find {
             let check = |size: usize| {
                 finder.try_size(size, |batch, steps| trial(model.clone(), batch, steps))
             };
-            true_max::true_maximum(args.dataset_size, args.budget_mb * 1024 * 1024, check)?
+            true_max::true_maximum(args.dataset_size, args.budget_bytes(), check)?
         };
         Ok(Outcome {
             search,
@@ -166,11 +166,21 @@ fn train_steps<B: AutodiffBackend>(
     Ok(())
 }
 
+const MIB: u64 = 1 << 20;
+
+impl Args {
+    /// `--budget-mb` in bytes (checked against overflow in `main`).
+    fn budget_bytes(&self) -> u64 {
+        self.budget_mb.saturating_mul(MIB)
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(
-        args.budget_mb > 0 && args.dataset_size > 0 && args.steps_per_trial > 0,
-        "--budget-mb, --dataset-size and --steps-per-trial must be at least 1"
+        args.budget_mb.checked_mul(MIB).is_some(),
+        "--budget-mb {} is more bytes than 64 bits hold",
+        args.budget_mb
     );
     let selection = args.device.select()?;
     let heap: Arc<dyn MemoryProbe> = Arc::new(HeapProbe::new(&ALLOCATOR));
@@ -238,7 +248,7 @@ fn main() -> anyhow::Result<()> {
         let json = serde_json::json!({
             "device": selection.name(),
             "probe": probe.name(),
-            "budget_bytes": args.budget_mb * 1024 * 1024,
+            "budget_bytes": args.budget_bytes(),
             "mode": search.mode,
             "found": search.found,
             "largest_fitting": search.largest_fitting,

@@ -46,7 +46,7 @@ struct Args {
     #[arg(long = "store-option", value_name = "KEY=VALUE")]
     store_options: Vec<String>,
     /// Files written by `--write`.
-    #[arg(long, default_value_t = 660)]
+    #[arg(long, default_value_t = 660, value_parser = at_least_one::<u32>)]
     files: u32,
     /// Rows written by `--write`.
     #[arg(long, default_value_t = 900_000)]
@@ -55,14 +55,14 @@ struct Args {
     #[arg(long, default_value_t = 1024, value_parser = at_least_one::<usize>)]
     row_group_rows: usize,
     /// Samples per batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<u64>)]
     batch_size: u64,
     /// Loader worker threads (default: the available parallelism, at most 8).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>)]
     workers: Option<usize>,
     /// Batches the loader assembles ahead of the consumer (deep: the batches are small; see
     /// the `block_shuffle` example).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>)]
     prefetch_batches: usize,
     /// Blocks the loader reads ahead of the batches it assembles: for an object store, the
     /// row groups in flight.
@@ -72,7 +72,7 @@ struct Args {
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Rounds (medians are reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one::<usize>)]
     repeats: usize,
     #[command(flatten)]
     output: kiln_ml_examples::cli::JsonOutput,
@@ -81,7 +81,6 @@ struct Args {
 fn main() -> Result<()> {
     let args = Args::parse();
     if args.write {
-        std::fs::create_dir_all(&args.dir)?;
         let spec = DatasetSpec {
             files: args.files,
             rows: args.rows,

@@ -73,24 +73,24 @@ struct Args {
     #[arg(long, default_value_t = 12, value_parser = at_least_one::<u64>)]
     epochs: u64,
     /// Players per batch.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least_one::<u64>)]
     batch: u64,
     /// Players per validation batch: validation keeps no activations for a backward pass, so
     /// its batches can be larger, and fewer batches launch fewer kernels (on a GPU, validation's
     /// many small metric kernels are what its time goes to).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = at_least_one::<u64>)]
     valid_batch: u64,
     /// Width of the model's hidden layers.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = at_least_one::<usize>)]
     width: usize,
-    /// Peak learning rate (cosine schedule).
+    /// Peak learning rate (cosine schedule), above 0 and at most 1.
     #[arg(long, default_value_t = 3e-3)]
     lr: f64,
     /// Precision: f32, f16 (mixed, dynamic loss scaling) or bf16 (mixed).
     #[arg(long, default_value = "f32")]
     precision: Precision,
     /// Loader worker threads.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = at_least_one::<usize>)]
     workers: usize,
     /// Seed of the data, the weights and the shuffle.
     #[arg(long, default_value_t = 42)]
@@ -134,15 +134,15 @@ struct Args {
     log_dir: Option<PathBuf>,
     /// Read the training loss back every N optimizer steps (one device sync each; the progress
     /// bar and the logs show it), and log a training row as often.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = at_least_one::<u64>)]
     log_every: u64,
     /// Stop once validation minADE@6 has not improved for N epochs in a row (the stopped run
     /// still checkpoints and reports). Kiln's trainer only.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<u32>)]
     early_stopping_patience: Option<u32>,
     /// The least fall of validation minADE@6, in metres, that counts as an improvement for
     /// `--early-stopping-patience`.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = kiln_ml_examples::cli::non_negative_finite)]
     early_stopping_min_delta: f64,
     /// Before training, run the learning-rate range test (an exponential sweep from 1e-6 to 1
     /// over 100 steps on a copy of the model) and train with its suggestion as the peak
@@ -450,6 +450,13 @@ impl BackendTask for Quickstart {
         {
             let position = trainer.load_checkpoint(&latest)?;
             println!("resuming  from {} at {position}", latest.display());
+            if position.epoch >= args.epochs {
+                println!(
+                    "resuming  that run finished all {} epochs: nothing left to train (a larger \
+                     --epochs trains on)",
+                    args.epochs
+                );
+            }
         }
 
         let progress = Arc::new(ProgressObserver::new().with_total_steps(total_steps));
@@ -686,6 +693,19 @@ fn main() -> anyhow::Result<()> {
         args.valid_players >= 4,
         "--valid-players must be at least 4"
     );
+    ensure!(
+        args.lr > 0.0 && args.lr <= 1.0,
+        "--lr {} must be above 0 and at most 1 (the range of Burn's cosine schedule)",
+        args.lr
+    );
+    if let Some(json) = &args.output.json {
+        ensure!(
+            json.with_extension("svg") != *json,
+            "--json {} would be overwritten by the run's timeline, written beside it as .svg: \
+             give a .json path",
+            json.display()
+        );
+    }
     ensure!(
         args.trainer == TrainerKind::Kiln || args.max_queued_steps.is_none(),
         "--trainer plain-burn never waits for the device (--max-queued-steps is kiln-ml-train's)"

@@ -32,7 +32,7 @@ mod events;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Result, bail, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 use kiln_ml::core::{BlockLayout, Plan, PlanRequest, Sampler};
 use kiln_ml::data::{Loader, LoaderConfig, ParquetSource};
@@ -63,17 +63,17 @@ struct Args {
     #[arg(long, default_value_t = 150.0)]
     median_pulses: f64,
     /// Events per batch of the fixed-count plans.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<u64>)]
     batch_size: u64,
     /// Padded elements (`rows × longest` pulses) per length-aware batch at most (default: about
     /// a fixed-count batch's real pulses, so the plans make about as many batches).
-    #[arg(long, default_value_t = 16_384)]
+    #[arg(long, default_value_t = 16_384, value_parser = at_least_one::<u64>)]
     budget: u64,
     /// Loader worker threads (default: the loader's, the available parallelism up to 8).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one::<usize>)]
     workers: Option<usize>,
     /// Rounds of one epoch per plan, side by side (medians are reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one::<u64>)]
     repeats: u64,
     /// Seed of the dataset and of the samplers.
     #[arg(long, default_value_t = 42)]
@@ -107,7 +107,8 @@ fn main() -> Result<()> {
     let temp = tempfile::tempdir()?;
     let dir = match &args.dir {
         Some(dir) => {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating --dir {}", dir.display()))?;
             dir.clone()
         }
         None => temp.path().to_owned(),

@@ -11,7 +11,7 @@ use serde::Serialize;
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct JsonOutput {
     /// Write the figures as one JSON object to this path (written whole or not at all).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = json_path)]
     pub json: Option<PathBuf>,
 }
 
@@ -74,4 +74,70 @@ where
         return Err("must be at least 1".to_owned());
     }
     Ok(value)
+}
+
+/// A clap value parser for finite values above 0 (a learning rate): NaN, infinities, 0 and
+/// negative values are refused by name instead of training to NaN or ascending the loss.
+pub fn positive_finite(text: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|error| format!("{error}"))?;
+    if !(value.is_finite() && value > 0.0) {
+        return Err("must be a finite number above 0".to_owned());
+    }
+    Ok(value)
+}
+
+/// A clap value parser for finite values of 0 or more (a threshold where 0 means "off").
+pub fn non_negative_finite(text: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|error| format!("{error}"))?;
+    if !(value.is_finite() && value >= 0.0) {
+        return Err("must be a finite number, 0 or more".to_owned());
+    }
+    Ok(value)
+}
+
+/// A clap value parser for `--json PATH`: its folder must exist and the path must not be a
+/// folder, checked before the run rather than after it, when the figures would be lost.
+pub fn json_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    if path.is_dir() {
+        return Err(format!("{text} is a directory; give a file path"));
+    }
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => {
+            Err(format!("the folder {} does not exist", parent.display()))
+        }
+        _ => Ok(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_out_of_range_are_refused() {
+        assert_eq!(positive_finite("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "nan", "inf", "x"] {
+            assert!(positive_finite(bad).is_err(), "{bad}");
+        }
+        assert_eq!(non_negative_finite("0"), Ok(0.0));
+        for bad in ["-0.5", "NaN", "-inf"] {
+            assert!(non_negative_finite(bad).is_err(), "{bad}");
+        }
+        assert_eq!(at_least_one::<usize>("3"), Ok(3));
+        assert!(at_least_one::<usize>("0").is_err());
+    }
+
+    #[test]
+    fn a_json_path_needs_an_existing_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("out.json");
+        assert_eq!(json_path(good.to_str().unwrap()), Ok(good));
+        assert_eq!(json_path("out.json"), Ok(PathBuf::from("out.json")));
+        let missing = dir.path().join("missing").join("out.json");
+        let error = json_path(missing.to_str().unwrap()).unwrap_err();
+        assert!(error.contains("does not exist"), "{error}");
+        let error = json_path(dir.path().to_str().unwrap()).unwrap_err();
+        assert!(error.contains("is a directory"), "{error}");
+    }
 }

@@ -1,9 +1,10 @@
 //! The synthetic dataset: 80-byte events in many Snappy Parquet files of uneven size.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use kiln_ml::data::arrow_array::types::{Float32Type, Int64Type};
 use kiln_ml::data::arrow_array::{ArrayRef, Float32Array, Int64Array, RecordBatch};
 use kiln_ml::data::parquet::basic::Compression;
@@ -89,8 +90,38 @@ fn file_sizes(files: u32, rows: u64, rng: &mut ChaCha8Rng) -> Vec<u64> {
     sizes
 }
 
-/// Writes the dataset; returns the file paths and their total size in bytes.
+/// The name of file `index`.
+fn file_name(index: u32) -> String {
+    format!("part-{index:05}.parquet")
+}
+
+/// Writes the dataset into `dir` (created if missing); returns the file paths and their
+/// total size in bytes. Refused before anything is written: no file, fewer rows than files,
+/// or `dir` holding Parquet files this write would not replace (an earlier write of more
+/// files, or data of the user's), which a reader of the folder would take in too.
 pub fn write_dataset(spec: &DatasetSpec, dir: &Path) -> Result<(Vec<PathBuf>, u64)> {
+    if spec.files == 0 || spec.rows < u64::from(spec.files) {
+        bail!(
+            "--files {} and --rows {}: the dataset needs at least one file and one row per file",
+            spec.files,
+            spec.rows
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let names: HashSet<String> = (0..spec.files).map(file_name).collect();
+    let others: Vec<String> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".parquet") && !names.contains(name))
+        .collect();
+    if let Some(first) = others.first() {
+        bail!(
+            "{} holds {} Parquet files this write would not replace ({first}, ...): a reader \
+             of the folder would take them in too; remove them or give an empty folder",
+            dir.display(),
+            others.len()
+        );
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let sizes = file_sizes(spec.files, spec.rows, &mut rng);
     let properties = WriterProperties::builder()
@@ -117,7 +148,7 @@ pub fn write_dataset(spec: &DatasetSpec, dir: &Path) -> Result<(Vec<PathBuf>, u6
             Arc::new(Int64Array::from_iter_values(labels)),
         ));
         let batch = RecordBatch::try_from_iter(columns)?;
-        let path = dir.join(format!("part-{index:05}.parquet"));
+        let path = dir.join(file_name(index as u32));
         bytes += write_parquet(&path, &batch, &properties)?;
         paths.push(path);
         bar.inc(1);
