@@ -32,7 +32,7 @@ struct Args {
     #[arg(long, default_value_t = 660)]
     files: u32,
     /// Total number of samples (rows) across all files.
-    #[arg(long, default_value_t = 900_000)]
+    #[arg(long, default_value_t = 900_000, value_parser = kiln_ml_examples::cli::at_least_one::<u64>)]
     samples: u64,
     /// Batch size B the measures use.
     #[arg(long, default_value_t = 64)]

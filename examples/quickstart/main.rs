@@ -349,6 +349,9 @@ impl BackendTask for Quickstart {
             .with_seed(args.seed)
             .with_clipping(Some(GradientClipping::Norm { max_norm: 10.0 }));
         if let Some(dir) = &args.checkpoint_dir {
+            // Now, not at the end of the first epoch: a folder that cannot be made fails first.
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating --checkpoint-dir {}", dir.display()))?;
             config = config.with_checkpoint(Some(CheckpointConfig::new(dir)));
         }
         if args.log_every > 0 {
