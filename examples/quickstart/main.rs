@@ -21,6 +21,7 @@
 
 mod baseline;
 mod dataset;
+mod initial_weights;
 mod logging;
 mod model;
 mod optimizer;
@@ -48,7 +49,7 @@ use kiln_ml::train::{
 use kiln_ml_examples::cli::at_least_one;
 use kiln_ml_examples::dataset_dir::{self, Prepared};
 
-use crate::model::{Forecaster, MODES, PlayerBatch, PlayerBatcher};
+use crate::model::{MODES, PlayerBatch, PlayerBatcher};
 use crate::optimizer::OptimizerKind;
 
 /// Train a multi-modal trajectory forecaster on generated football data with every kiln crate:
@@ -144,6 +145,17 @@ struct Args {
     /// `--early-stopping-patience`.
     #[arg(long, default_value_t = 0.0, value_parser = kiln_ml_examples::cli::non_negative_finite)]
     early_stopping_min_delta: f64,
+    /// Draw the starting weights with flex's generator on the host (the CPU run's weights)
+    /// and copy them to the device, instead of the device's own generator.
+    #[arg(long)]
+    host_weights: bool,
+    /// Multiply each starting weight by `1 + EPS u`, u uniform in [-1, 1) (seeded by
+    /// `--perturb-seed`): samples how far runs from nearly the same start land.
+    #[arg(long, value_name = "EPS", value_parser = kiln_ml_examples::cli::non_negative_finite)]
+    perturb_weights: Option<f64>,
+    /// The seed of `--perturb-weights`' draws.
+    #[arg(long, default_value_t = 1, requires = "perturb_weights")]
+    perturb_seed: u64,
     /// Before training, run the learning-rate range test (an exponential sweep from 1e-6 to 1
     /// over 100 steps on a copy of the model) and train with its suggestion as the peak
     /// learning rate instead of `--lr`. Kiln's trainer only.
@@ -363,8 +375,7 @@ impl BackendTask for Quickstart {
         if let Some(decay) = args.ema {
             config = config.with_ema(Some(EmaConfig::new(decay)));
         }
-        B::seed(&device, args.seed);
-        let model = Forecaster::<B>::new(args.width, &device);
+        let model = args.initial_weights().model::<B>(args.width, &device)?;
         // The range test trains a copy on the first epoch's batches: the model stays as built.
         let lr_found = if args.lr_find {
             // As many epochs' batches as the sweep's 100 steps take.
@@ -623,6 +634,17 @@ impl BackendTask for Quickstart {
     }
 }
 
+impl Args {
+    /// Where the starting weights come from (`--seed`, `--host-weights`, `--perturb-*`).
+    fn initial_weights(&self) -> initial_weights::InitialWeights {
+        initial_weights::InitialWeights {
+            seed: self.seed,
+            on_host: self.host_weights,
+            perturbation: self.perturb_weights.map(|scale| (scale, self.perturb_seed)),
+        }
+    }
+}
+
 /// What decides the dataset's rows: the flags that write it (and the generator's version,
 /// bumped whenever `dataset::write_split` writes other rows for the same flags).
 #[derive(serde::Serialize)]
@@ -848,6 +870,10 @@ fn main() -> anyhow::Result<()> {
             "epochs": args.epochs,
             "batch": args.batch,
             "valid_batch": args.valid_batch,
+            "seed": args.seed,
+            "host_weights": args.host_weights,
+            "perturb_weights": args.perturb_weights,
+            "perturb_seed": args.perturb_weights.map(|_| args.perturb_seed),
             "min_ade": last.map(|f| f.min_ade),
             "min_fde": last.map(|f| f.min_fde),
             "miss_rate": last.map(|f| f.miss_rate),
