@@ -2,9 +2,9 @@
 //! weight averaging): `ema = decay * ema + (1 - decay) * weights` after every N applied
 //! optimizer steps, kept beside the master model for validation and export.
 
-use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::Tensor;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 
 /// The EMA's settings ([`TrainerConfig::ema`](crate::TrainerConfig::ema)).
 ///
@@ -53,8 +53,10 @@ pub(crate) fn ema_update<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     decay: f64,
 ) -> M {
-    let mut collect = Collect::<B> { values: Vec::new() };
-    model.visit(&mut collect);
+    // From the inner module: making it flushes each running state's pending update, which
+    // visiting the model itself would read one step late.
+    let mut collect = Collect::<B::InnerBackend> { values: Vec::new() };
+    model.valid().visit(&mut collect);
     ema.map(&mut Blend::<B> {
         values: collect.values.into_iter(),
         decay,
@@ -70,13 +72,13 @@ pub(crate) fn ema_start<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M) -> 
 }
 
 /// Every float parameter's value, flattened, in visiting order.
-struct Collect<B: AutodiffBackend> {
-    values: Vec<Tensor<B::InnerBackend, 1>>,
+struct Collect<B: Backend> {
+    values: Vec<Tensor<B, 1>>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<B> {
+impl<B: Backend> ModuleVisitor<B> for Collect<B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let value = param.val().inner();
+        let value = param.val();
         let elements = value.shape().num_elements();
         self.values.push(value.reshape([elements]));
     }
@@ -111,7 +113,6 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Blend<B> {
 mod tests {
     use super::*;
     use burn::backend::{Autodiff, Flex};
-    use burn::module::Module;
     use burn::nn::{Linear, LinearConfig};
 
     type B = Autodiff<Flex>;

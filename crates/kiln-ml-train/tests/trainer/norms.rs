@@ -4,7 +4,8 @@
 use burn::module::{AutodiffModule, Module};
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{
-    BatchNorm, BatchNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, Relu,
+    BatchNorm, BatchNormConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, LinearLayout,
+    Relu,
 };
 use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -29,16 +30,22 @@ pub struct NormMlp<B: Backend> {
 
 impl<B: Backend> NormMlp<B> {
     fn new(device: &B::Device) -> Self {
-        Self::with_outputs(device, 1)
+        Self::with(device, 1, LinearLayout::Row)
     }
 
-    /// With `outputs` outputs: another shape of the last layer, for checkpoint mismatches.
-    fn with_outputs(device: &B::Device, outputs: usize) -> Self {
+    /// With `outputs` outputs (another shape of the last layer, for checkpoint mismatches)
+    /// and linear layers stored in `layout` (`Col` transposes through Burn's load/save hooks).
+    fn with(device: &B::Device, outputs: usize, layout: LinearLayout) -> Self {
+        let linear = |inputs, outputs| {
+            LinearConfig::new(inputs, outputs)
+                .with_layout(layout)
+                .init(device)
+        };
         let model = Self {
-            input: LinearConfig::new(INPUTS, 8).init(device),
+            input: linear(INPUTS, 8),
             batch_norm: BatchNormConfig::new(8).init(device),
             layer_norm: LayerNormConfig::new(8).init(device),
-            output: LinearConfig::new(8, outputs).init(device),
+            output: linear(8, outputs),
             activation: Relu::new(),
         };
         kiln_ml_train::materialize(&model);
@@ -308,7 +315,7 @@ fn a_refused_checkpoint_leaves_the_running_statistics_alone<B: AutodiffBackend>(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wide.kiln");
     let wide = Trainer::new(
-        NormMlp::<B>::with_outputs(&device, 2),
+        NormMlp::<B>::with(&device, 2, LinearLayout::Row),
         AdamConfig::new().init(),
         1e-2,
         TrainerConfig::new(),
@@ -357,7 +364,81 @@ fn the_range_test_leaves_the_callers_running_statistics_alone<B: AutodiffBackend
     assert_eq!(running_var(&model), before);
 }
 
+/// With decay 0 the average is the model at each update, running statistics included: they
+/// are read after the step's own update, not one step late.
+fn the_average_reads_the_running_statistics_of_this_step<B: AutodiffBackend>(device: B::Device) {
+    let mut trainer = Trainer::new(
+        NormMlp::<B>::new(&device),
+        AdamConfig::new().init(),
+        1e-2,
+        TrainerConfig::new().with_ema(Some(EmaConfig::new(0.0))),
+        device.clone(),
+    )
+    .unwrap();
+    for batch in common::batches::<B>(3, 8, 4, &device) {
+        trainer.train_batch(batch).unwrap();
+        assert_eq!(
+            running_var(trainer.ema_model().unwrap()),
+            running_var(trainer.model())
+        );
+    }
+}
+
+/// Column-major linear layers transpose their weights through Burn's load and save hooks: a
+/// checkpoint loads back, and the average's exported weights load into a plain model, as
+/// the copies kiln makes keep those hooks.
+fn column_major_layers_survive_a_checkpoint_and_the_average<B: AutodiffBackend>(device: B::Device) {
+    let column_major = || NormMlp::<B>::with(&device, 1, LinearLayout::Col);
+    let trainer_of = |model| {
+        Trainer::new(
+            model,
+            AdamConfig::new().init(),
+            1e-2,
+            TrainerConfig::new().with_ema(Some(EmaConfig::new(0.5))),
+            device.clone(),
+        )
+        .unwrap()
+    };
+    let mut trainer = trainer_of(column_major());
+    for batch in common::batches::<B>(3, 8, 4, &device) {
+        trainer.train_batch(batch).unwrap();
+    }
+    let weights = |model: &NormMlp<B>| -> Vec<f32> {
+        let mut values: Vec<f32> = model.input.weight.val().into_data().to_vec().unwrap();
+        values.extend(
+            model
+                .output
+                .weight
+                .val()
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap(),
+        );
+        values
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("col.kiln");
+    trainer.save_checkpoint(&path).unwrap();
+    let mut resumed = trainer_of(column_major());
+    resumed.load_checkpoint(&path).unwrap();
+    assert_eq!(weights(resumed.model()), weights(trainer.model()));
+    assert_eq!(
+        weights(resumed.ema_model().unwrap()),
+        weights(trainer.ema_model().unwrap())
+    );
+
+    let exported = dir.path().join("ema.mpk");
+    assert!(resumed.save_ema_weights(&exported).unwrap());
+    let recorder = burn::record::NamedMpkFileRecorder::<burn::record::FullPrecisionSettings>::new();
+    let plain = column_major()
+        .load_file(dir.path().join("ema"), &recorder, &device)
+        .unwrap();
+    assert_eq!(weights(&plain), weights(trainer.ema_model().unwrap()));
+}
+
 crate::backend_tests!(
+    the_average_reads_the_running_statistics_of_this_step,
+    column_major_layers_survive_a_checkpoint_and_the_average,
     norm_layers_keep_an_f32_master,
     running_statistics_stay_f32_without_the_norm_rule,
     a_norm_without_keep_f32_is_a_named_error,
