@@ -43,13 +43,17 @@ impl InitialWeights {
             B::seed(device, self.seed);
             Forecaster::<B>::new(width, device)
         };
-        Ok(match self.perturbation {
+        let model = match self.perturbation {
             Some((scale, seed)) => model.map(&mut Perturb {
                 scale,
                 rng: ChaCha8Rng::seed_from_u64(seed),
             }),
             None => model,
-        })
+        };
+        // Drawn now, in one order: a clone made before (the range test's copy) would draw its
+        // own weights first and change the model's.
+        kiln_ml::train::materialize(&model);
+        Ok(model)
     }
 }
 

@@ -134,8 +134,9 @@ struct Args {
     #[arg(long)]
     log_dir: Option<PathBuf>,
     /// Read the training loss back every N optimizer steps (one device sync each; the progress
-    /// bar and the logs show it), and log a training row as often.
-    #[arg(long, default_value_t = 50, value_parser = at_least_one::<u64>)]
+    /// bar and the logs show it), and log a training row as often; 0 never reads it back (the
+    /// logs then have no training loss).
+    #[arg(long, default_value_t = 50)]
     log_every: u64,
     /// Stop once validation minADE@6 has not improved for N epochs in a row (the stopped run
     /// still checkpoints and reports). Kiln's trainer only.
@@ -723,7 +724,9 @@ fn main() -> anyhow::Result<()> {
         "--lr {} must be above 0 and at most 1 (the range of Burn's cosine schedule)",
         args.lr
     );
-    if let Some(json) = &args.output.json {
+    // The timeline (profiled kiln runs only) goes beside the JSON, as .svg.
+    let profiled = !args.no_profile && args.trainer == TrainerKind::Kiln;
+    if let Some(json) = args.output.json.as_ref().filter(|_| profiled) {
         ensure!(
             json.with_extension("svg") != *json,
             "--json {} would be overwritten by the run's timeline, written beside it as .svg: \

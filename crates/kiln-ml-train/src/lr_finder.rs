@@ -99,7 +99,9 @@ impl LrFinder {
     ///
     /// Pass `model.clone()` to keep yours as it is: the sweep trains an
     /// [`independent_copy`](crate::independent_copy), so not even the running statistics that
-    /// a Burn clone shares (`BatchNorm`'s) change.
+    /// a Burn clone shares (`BatchNorm`'s) change. [`materialize`](crate::materialize) a model
+    /// just built first: a clone of parameters not yet drawn draws its own, which also moves
+    /// what yours draw after it.
     ///
     /// A step the trainer skips for non-finite gradients (under f16-mixed, while the loss scale
     /// calibrates) changes neither the weights nor the rate, so it is not a sweep step: it is

@@ -95,19 +95,22 @@ pub fn non_negative_finite(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// A clap value parser for `--json PATH`: its folder must exist and the path must not be a
-/// folder, checked before the run rather than after it, when the figures would be lost.
+/// A clap value parser for `--json PATH`: the path must not be a folder, and its folder is
+/// made now if missing (as `mkdir -p`), so that a path that cannot be written fails before
+/// the run rather than after it, when the figures would be lost.
 pub fn json_path(text: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(text);
     if path.is_dir() {
         return Err(format!("{text} is a directory; give a file path"));
     }
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => {
-            Err(format!("the folder {} does not exist", parent.display()))
-        }
-        _ => Ok(path),
+    if let Some(parent) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent)
+            .map_err(|error| format!("cannot make its folder {}: {error}", parent.display()))?;
     }
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -129,14 +132,19 @@ mod tests {
     }
 
     #[test]
-    fn a_json_path_needs_an_existing_folder() {
+    fn a_json_path_gets_its_folder_or_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let good = dir.path().join("out.json");
         assert_eq!(json_path(good.to_str().unwrap()), Ok(good));
         assert_eq!(json_path("out.json"), Ok(PathBuf::from("out.json")));
-        let missing = dir.path().join("missing").join("out.json");
-        let error = json_path(missing.to_str().unwrap()).unwrap_err();
-        assert!(error.contains("does not exist"), "{error}");
+        let nested = dir.path().join("runs").join("a").join("out.json");
+        assert_eq!(json_path(nested.to_str().unwrap()), Ok(nested.clone()));
+        assert!(nested.parent().unwrap().is_dir());
+        // A folder that cannot be made: its would-be parent is a file.
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let error = json_path(file.join("out.json").to_str().unwrap()).unwrap_err();
+        assert!(error.contains("cannot make its folder"), "{error}");
         let error = json_path(dir.path().to_str().unwrap()).unwrap_err();
         assert!(error.contains("is a directory"), "{error}");
     }

@@ -61,8 +61,9 @@ pub fn reuse_or_write<S: Serialize>(
             .unwrap_or(false);
         if holds_files {
             bail!(
-                "{} holds files but {} has no {RECORD}: an interrupted write, or data this \
-                 example did not write; remove it or pass another --dir",
+                "{} holds files but {} has no {RECORD}: an interrupted write, data of an \
+                 older version of this example, or data it did not write; remove it or pass \
+                 another --dir",
                 dir.display(),
                 root.display()
             );

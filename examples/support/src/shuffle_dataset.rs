@@ -97,8 +97,8 @@ fn file_name(index: u32) -> String {
 
 /// Writes the dataset into `dir` (created if missing); returns the file paths and their
 /// total size in bytes. Refused before anything is written: no file, fewer rows than files,
-/// or `dir` holding Parquet files this write would not replace (an earlier write of more
-/// files, or data of the user's), which a reader of the folder would take in too.
+/// or `dir` holding anything this write would not replace (an earlier write of more files,
+/// a subfolder, data of the user's), which a reader of the folder might take in too.
 pub fn write_dataset(spec: &DatasetSpec, dir: &Path) -> Result<(Vec<PathBuf>, u64)> {
     if spec.files == 0 || spec.rows < u64::from(spec.files) {
         bail!(
@@ -109,15 +109,17 @@ pub fn write_dataset(spec: &DatasetSpec, dir: &Path) -> Result<(Vec<PathBuf>, u6
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let names: HashSet<String> = (0..spec.files).map(file_name).collect();
-    let others: Vec<String> = std::fs::read_dir(dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name.ends_with(".parquet") && !names.contains(name))
-        .collect();
+    let mut others = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if !names.contains(&name) {
+            others.push(name);
+        }
+    }
     if let Some(first) = others.first() {
         bail!(
-            "{} holds {} Parquet files this write would not replace ({first}, ...): a reader \
-             of the folder would take them in too; remove them or give an empty folder",
+            "{} holds {} entries this write would not replace ({first}, ...): a reader of the \
+             folder might take them in too; remove them or give an empty folder",
             dir.display(),
             others.len()
         );

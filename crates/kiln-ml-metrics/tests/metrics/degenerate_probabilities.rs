@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::{Case, assert_close};
-use kiln_ml_metrics::{Error, MetricsConfig, ProbabilityCheck, Pruning, ZeroMass};
+use kiln_ml_metrics::{Error, MetricsConfig, ProbabilityCheck, Pruning, TieOrder, ZeroMass};
 
 #[test]
 fn kept_modes_without_mass_get_probability_zero_not_nan() {
@@ -36,9 +36,20 @@ fn kept_modes_without_mass_share_it_uniformly_under_waymo() {
         MetricsConfig::waymo().probabilities.zero_mass,
         ZeroMass::Uniform
     );
+    for pruning in [
+        Pruning::FirstK,
+        Pruning::ByProbability {
+            ties: TieOrder::LowerIndexFirst,
+        },
+    ] {
+        uniform_under(pruning);
+    }
+}
+
+fn uniform_under(pruning: Pruning) {
     let mut config = MetricsConfig::argoverse2();
     config.top_k = vec![1, 3];
-    config.pruning = Pruning::FirstK;
+    config.pruning = pruning;
     config.probabilities.check = ProbabilityCheck::NonNegative;
     config.probabilities.renormalize = true;
     config.probabilities.zero_mass = ZeroMass::Uniform;
@@ -52,9 +63,11 @@ fn kept_modes_without_mass_share_it_uniformly_under_waymo() {
         .with_probabilities(probabilities)
     };
 
-    // Mode 0 alone is kept at K = 1, without mass: it gets all of it.
-    let report = case(&[0.0, 0.5, 0.5]).both(&config);
-    assert_close(report.horizons[0].top_k[0].brier_min_fde, 0.5, 1e-6);
+    if pruning == Pruning::FirstK {
+        // Mode 0 alone is kept at K = 1, without mass: it gets all of it.
+        let report = case(&[0.0, 0.5, 0.5]).both(&config);
+        assert_close(report.horizons[0].top_k[0].brier_min_fde, 0.5, 1e-6);
+    }
     // Every confidence 0: at K = 3 the closest mode gets a third.
     let all_zero = case(&[0.0, 0.0, 0.0]);
     let report = all_zero.both(&config);
