@@ -349,10 +349,16 @@ fn select<B: Backend>(
             let probability_of = |mode: &Tensor<B, 2>| {
                 let p_mode = (p.clone() * mode.clone()).sum_dim(1);
                 if policy.renormalize {
+                    // Over the row's largest kept score first: scores need not sum to one
+                    // (Waymo's may be any finite value), and an f32 sum of huge ones would
+                    // overflow where the host's f64 sum does not.
+                    let kept = p.clone().mask_fill(dropped.clone(), 0.0);
+                    let top = kept.clone().max_dim(1);
+                    let top = top.clone().mask_fill(top.equal_elem(0.0), 1.0);
+                    let kept_sum = (kept / top.clone()).sum_dim(1);
                     // As on the host: no kept mass gives 1/K (uniform) or 0, not 0/0.
-                    let kept_sum = p.clone().mask_fill(dropped.clone(), 0.0).sum_dim(1);
                     let empty = kept_sum.clone().equal_elem(0.0);
-                    let renormalized = p_mode / kept_sum.mask_fill(empty.clone(), 1.0);
+                    let renormalized = p_mode / top / kept_sum.mask_fill(empty.clone(), 1.0);
                     match policy.zero_mass {
                         ZeroMass::Refuse => renormalized,
                         ZeroMass::Uniform => {

@@ -84,3 +84,21 @@ fn uniform_under(pruning: Pruning) {
         );
     }
 }
+
+/// Scores need not sum to one under renormalization (Waymo's may be any finite value): the
+/// device's f32 sum of two scores near f32's largest would overflow to infinity and give
+/// probability 0 where the host's f64 sum gives a half.
+#[test]
+fn huge_scores_renormalize_on_the_device_as_on_the_host() {
+    let mut config = MetricsConfig::waymo();
+    config.horizons = MetricsConfig::argoverse2().horizons;
+    config.miss = MetricsConfig::argoverse2().miss;
+    config.top_k = vec![2];
+    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
+    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
+    let report = Case::from_points(&[vec![mode(0.5), mode(1.0)]], &[truth])
+        .with_probabilities(&[3.0e38, 3.0e38])
+        .both(&config);
+    // minFDE 0.5 from mode 0, whose renormalized probability is a half.
+    assert_close(report.horizons[0].top_k[0].brier_min_fde, 0.75, 1e-6);
+}
