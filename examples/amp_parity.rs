@@ -261,8 +261,11 @@ fn peek_learning_rate<S: burn::lr_scheduler::LrScheduler>(scheduler: &S) -> f64 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(
-        args.batch_size > 0 && args.samples >= 6 * args.batch_size,
-        "need at least 6 batches"
+        args.samples >= 6 * args.batch_size,
+        "--samples {} makes {} batches of --batch-size {}: the comparison needs at least 6",
+        args.samples,
+        args.samples / args.batch_size,
+        args.batch_size
     );
     let selection = args.device.select()?;
     println!("device: {selection}");

@@ -394,6 +394,10 @@ fn main() -> anyhow::Result<()> {
         args.n,
         args.batch
     );
+    // Before the host pass: a device that cannot be used fails now, not after it.
+    let selection = (!args.no_tensor)
+        .then(|| args.device.select())
+        .transpose()?;
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -455,8 +459,7 @@ fn main() -> anyhow::Result<()> {
         agents / host_seconds
     );
 
-    if !args.no_tensor {
-        let selection = args.device.select()?;
+    if let Some(selection) = selection {
         let (tensor_seconds, upload_seconds, tensor_report) = selection.run(TensorPass {
             args: &args,
             data: &data,
