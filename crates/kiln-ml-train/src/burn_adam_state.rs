@@ -67,6 +67,7 @@ impl<B: AutodiffBackend> FusedAdam<B> {
             first: Vec::new(),
             second: Vec::new(),
             missing: 0,
+            amsgrad: 0,
         };
         module.visit(&mut visitor);
         let TakeMoments {
@@ -75,6 +76,7 @@ impl<B: AutodiffBackend> FusedAdam<B> {
             first,
             second,
             missing,
+            amsgrad,
             ..
         } = visitor;
         if times.is_empty() {
@@ -86,6 +88,13 @@ impl<B: AutodiffBackend> FusedAdam<B> {
             value: format!("{} parameters with state, {missing} without", times.len()),
             reason,
         };
+        if amsgrad > 0 {
+            return Err(invalid(format!(
+                "{amsgrad} parameters carry AMSGrad's running maximum of the second moment, \
+                 which FusedAdam does not keep: continue with Burn's Adam (amsgrad), or \
+                 without AMSGrad"
+            )));
+        }
         if missing > 0 {
             return Err(invalid(
                 "every trainable parameter needs its moments to continue in one flat state".into(),
@@ -120,6 +129,8 @@ where
     first: Vec<Tensor<B::InnerBackend, 1>>,
     second: Vec<Tensor<B::InnerBackend, 1>>,
     missing: usize,
+    /// Parameters with AMSGrad's running maximum, which `FusedAdam` does not keep.
+    amsgrad: usize,
 }
 
 impl<B, O, M> ModuleVisitor<B> for TakeMoments<B, O, M>
@@ -138,6 +149,7 @@ where
         match self.record.remove(&param.id) {
             Some(state) => {
                 let momentum = O::momentum(state.into_state::<D>());
+                self.amsgrad += usize::from(momentum.max_moment_2.is_some());
                 self.times.push(momentum.time);
                 self.first.push(momentum.moment_1.reshape([elements]));
                 self.second.push(momentum.moment_2.reshape([elements]));

@@ -47,7 +47,7 @@ impl EmaConfig {
 }
 
 /// `ema` moved towards `model`'s float parameters by `1 - decay`. The average holds no
-/// autodiff graph: its parameters are plain values, not trainable.
+/// autodiff graph: its parameters are leaves, trainable where the model's are.
 pub(crate) fn ema_update<B: AutodiffBackend, M: AutodiffModule<B>>(
     ema: M,
     model: &M,
@@ -97,6 +97,9 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Blend<B> {
             .next()
             .expect("the average and the model have the same parameters, in the same order");
         param.map(|average| {
+            // Leaves without a graph, trainable as the model's are (the first average starts
+            // from the model's own parameters), so a new trainer can fine-tune the average.
+            let trainable = average.is_require_grad();
             let dims: [usize; D] = average.dims();
             let value = value.reshape(dims);
             let blended = if self.decay == 0.0 {
@@ -104,7 +107,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Blend<B> {
             } else {
                 average.inner().mul_scalar(self.decay) + value.mul_scalar(1.0 - self.decay)
             };
-            Tensor::from_inner(blended)
+            Tensor::from_inner(blended).set_require_grad(trainable)
         })
     }
 }
@@ -130,7 +133,8 @@ mod tests {
         let start = weights(&model);
         let ema = ema_start(&model);
         assert_eq!(weights(&ema), start);
-        assert!(!ema.weight.val().is_require_grad());
+        // A leaf with no history, trainable as the model's weight is.
+        assert!(ema.weight.val().is_require_grad());
         // The model moves by +1 everywhere; the average follows by a tenth.
         let moved = model.clone().map(&mut AddOne);
         let ema = ema_update(ema, &moved, 0.9);

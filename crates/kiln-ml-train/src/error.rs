@@ -22,6 +22,19 @@ pub enum Error {
         /// What is allowed instead.
         reason: String,
     },
+    /// The model holds one parameter in two places (a module cloned into two fields): tied
+    /// weights, which kiln's gradient passes would count once per place.
+    #[error(
+        "the model holds parameter {id} twice (places {first} and {second} in visiting order: a module or `Param` cloned into two fields shares its id); kiln would scale and count its gradient once per place. Build each place with its own `init`, or tie weights by calling one module twice in `forward`"
+    )]
+    TiedParameters {
+        /// The parameter's id.
+        id: String,
+        /// Its first place among the model's parameters, in visiting order.
+        first: usize,
+        /// Its second place.
+        second: usize,
+    },
     /// The device cannot run the requested precision.
     #[error(
         "precision {precision} needs {dtype} tensors, which device {device} (backend {backend}) does not support; use another precision or device"

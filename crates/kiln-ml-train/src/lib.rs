@@ -137,6 +137,7 @@ mod rng;
 mod run_ahead;
 mod skip_monitor;
 mod step_hints;
+mod tied_params;
 mod train_batch;
 mod trainer;
 mod validation;

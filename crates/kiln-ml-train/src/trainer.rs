@@ -99,7 +99,8 @@ where
     ///
     /// Validates `config`, checks that the device supports the precision, seeds the backend
     /// with `config.seed`, and materializes the model's lazily initialized parameters (so the
-    /// per-step low-precision copies share them).
+    /// per-step low-precision copies share them). A model that holds one parameter in two
+    /// places (a module cloned into two fields) is refused with [`Error::TiedParameters`](crate::Error::TiedParameters).
     pub fn new(
         model: M,
         optim: O,
@@ -111,6 +112,13 @@ where
         config.precision.check_supported::<B>(&device)?;
         B::seed(&device, config.seed);
         materialize(&model);
+        if let Some((id, first, second)) = crate::tied_params::first_tied_param(&model) {
+            return Err(crate::Error::TiedParameters {
+                id: id.to_string(),
+                first,
+                second,
+            });
+        }
         let cast_plan = config
             .precision
             .is_mixed()
@@ -186,8 +194,9 @@ where
     }
 
     /// The moving average of the weights ([`TrainerConfig::ema`](crate::TrainerConfig::ema)),
-    /// once its first update ran: plain values, no autodiff graph; save it with Burn's
-    /// recorders or validate it with [`validate_ema`](Self::validate_ema).
+    /// once its first update ran: no autodiff graph, its parameters leaves as trainable as the
+    /// model's (a new trainer can fine-tune a clone); save it with Burn's recorders or
+    /// validate it with [`validate_ema`](Self::validate_ema).
     pub fn ema_model(&self) -> Option<&M> {
         self.ema.as_ref()
     }

@@ -29,6 +29,49 @@ impl<B: AutodiffBackend> TrainStep<B> for Unreduced<B> {
     }
 }
 
+/// One model cloned into two fields: tied weights under one id.
+#[derive(Module, Debug)]
+struct Tied<B: Backend> {
+    inner: Mlp<B>,
+    twin: Mlp<B>,
+}
+
+impl<B: AutodiffBackend> TrainStep<B> for Tied<B> {
+    type Input = Batch<B>;
+    type Output = ();
+
+    fn step(&self, batch: Batch<B>, autocast: &Autocast) -> StepOutput<B, ()> {
+        self.inner.step(batch, autocast)
+    }
+}
+
+/// A model that holds one parameter twice is refused by name at `Trainer::new`: kiln's
+/// gradient passes would scale and count its gradient once per place.
+#[test]
+fn tied_parameters_are_refused_by_name() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let mlp = common::model::<B>(&device, 1);
+    let tied = Tied {
+        inner: mlp.clone(),
+        twin: mlp,
+    };
+    let error = Trainer::new(
+        tied,
+        SgdConfig::new().init(),
+        0.1,
+        TrainerConfig::new(),
+        device,
+    )
+    .err()
+    .expect("refused");
+    assert!(
+        matches!(error, Error::TiedParameters { first: 0, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("twice"), "{error}");
+}
+
 /// Every `PhaseStart` the recorder saw has its `PhaseEnd`.
 fn assert_every_phase_closed(recorder: &kiln_ml_testkit::RecordingObserver) {
     let (mut opened, mut closed) = (0, 0);

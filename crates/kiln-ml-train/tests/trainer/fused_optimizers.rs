@@ -336,6 +336,30 @@ fn fused_adam_continues_from_burns_adam_state<B: AutodiffBackend>(device: B::Dev
     );
 }
 
+/// AMSGrad keeps a running maximum of the second moment that `FusedAdam` has no place for:
+/// taking over such a state is refused, not continued as plain Adam.
+#[test]
+fn burns_amsgrad_state_is_refused() {
+    use burn::backend::{Autodiff, Flex};
+    use burn::nn::loss::{MseLoss, Reduction};
+    use burn::optim::GradientsParams;
+    type B = Autodiff<Flex>;
+    let device = Default::default();
+    let batch = batches::<B>(1, BATCH, 7, &device).remove(0);
+    let model = deep_model::<B>(&device);
+    let predictions = model.forward(batch.inputs.clone());
+    let loss = MseLoss::new().forward(predictions, batch.targets, Reduction::Mean);
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let mut burn = AdamConfig::new().with_amsgrad(true).init::<B, Mlp<B>>();
+    let stepped = burn.step(LEARNING_RATE, model, grads);
+    let error = FusedAdamConfig::adam()
+        .init::<B>()
+        .with_burn_adam_state(&stepped, burn.to_record())
+        .err()
+        .expect("refused");
+    assert!(error.to_string().contains("AMSGrad"), "{error}");
+}
+
 /// The step reports and final parameters of an f16 run of `optimizer` whose third batch
 /// overflows f16 at PyTorch's starting scale (2^16).
 fn f16_run_with_an_overflow<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>>(
