@@ -125,6 +125,11 @@ mod tests {
         }
     }
 
+    /// `reuse_or_write` of `spec` into `root/train`, with [`writer`].
+    fn prepare(root: &Path, spec: &Spec, writes: &mut u32) -> Result<Prepared> {
+        reuse_or_write(root, spec, &["train"], writer(root, spec.files, writes))
+    }
+
     #[test]
     fn a_dataset_is_written_once_then_reused_only_for_the_same_settings() {
         let root = tempfile::tempdir().unwrap();
@@ -134,9 +139,9 @@ mod tests {
             players: 30,
         };
         let mut writes = 0;
-        let prepared = reuse_or_write(root, &spec, &["train"], writer(root, 3, &mut writes));
+        let prepared = prepare(root, &spec, &mut writes);
         assert_eq!(prepared.unwrap(), Prepared::Written);
-        let prepared = reuse_or_write(root, &spec, &["train"], writer(root, 3, &mut writes));
+        let prepared = prepare(root, &spec, &mut writes);
         assert_eq!(prepared.unwrap(), Prepared::Reused);
         assert_eq!(writes, 1);
 
@@ -144,9 +149,7 @@ mod tests {
             files: 3,
             players: 40,
         };
-        let error = reuse_or_write(root, &other, &["train"], writer(root, 3, &mut writes))
-            .unwrap_err()
-            .to_string();
+        let error = prepare(root, &other, &mut writes).unwrap_err().to_string();
         assert!(error.contains("players 30, asked for 40"), "{error}");
         assert!(!error.contains("files"), "{error}");
         assert_eq!(writes, 1);
@@ -161,19 +164,15 @@ mod tests {
             players: 20,
         };
         let mut writes = 0;
-        reuse_or_write(root, &spec, &["train"], writer(root, 2, &mut writes)).unwrap();
+        prepare(root, &spec, &mut writes).unwrap();
         // As an interrupted write leaves it: files, and no record.
         std::fs::remove_file(root.join(RECORD)).unwrap();
-        let error = reuse_or_write(root, &spec, &["train"], writer(root, 2, &mut writes))
-            .unwrap_err()
-            .to_string();
+        let error = prepare(root, &spec, &mut writes).unwrap_err().to_string();
         assert!(error.contains("has no dataset.json"), "{error}");
         assert_eq!(writes, 1);
         // An unreadable record is named too.
         std::fs::write(root.join(RECORD), b"{ not json").unwrap();
-        let error = reuse_or_write(root, &spec, &["train"], writer(root, 2, &mut writes))
-            .unwrap_err()
-            .to_string();
+        let error = prepare(root, &spec, &mut writes).unwrap_err().to_string();
         assert!(error.contains("is not a dataset record"), "{error}");
     }
 }
