@@ -362,8 +362,8 @@ fn select<B: Backend>(
                     match policy.zero_mass {
                         ZeroMass::Refuse => renormalized,
                         ZeroMass::Uniform => {
-                            let kept = dropped.clone().bool_not().float().sum_dim(1);
-                            renormalized.mask_where(empty, kept.recip())
+                            let kept_modes = dropped.clone().bool_not().float().sum_dim(1);
+                            renormalized.mask_where(empty, kept_modes.recip())
                         }
                     }
                 } else {
