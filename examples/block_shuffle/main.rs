@@ -314,8 +314,7 @@ fn print_report(args: &Args, workers: usize, reading: &Reading, caching: &Cachin
     );
     println!(
         "distinct files per batch of {}: block shuffle {:.1}, sequential {:.1}, uniform ideal {:.1}",
-        // The measure needs two samples a batch (reading.rs).
-        args.batch_size.max(2),
+        reading.quality_batch_size,
         reading.block_shuffle_distinct_files_per_batch,
         reading.sequential_distinct_files_per_batch,
         reading.ideal_distinct_files_per_batch
@@ -375,6 +374,7 @@ fn json_report(
         "random_timed_reads": reading.random_timed_reads,
         "random_rows_per_s_is_extrapolated": true,
         "block_shuffle_rows_per_s": reading.block_shuffle_rows_per_s,
+        "quality_batch_size": reading.quality_batch_size,
         "block_shuffle_distinct_files_per_batch": reading.block_shuffle_distinct_files_per_batch,
         "sequential_distinct_files_per_batch": reading.sequential_distinct_files_per_batch,
         "ideal_distinct_files_per_batch": reading.ideal_distinct_files_per_batch,

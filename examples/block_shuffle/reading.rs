@@ -98,6 +98,9 @@ pub struct Reading {
     pub sequential_vs_raw_decode: f64,
     /// The same for the block shuffle.
     pub block_shuffle_vs_raw_decode: f64,
+    /// The batch size of the mixing measures: `--batch-size`, at least 2 (the pair measures
+    /// need two samples a batch).
+    pub quality_batch_size: usize,
     /// Mean distinct files per batch of the first block-shuffle plan (`quality::measure`).
     pub block_shuffle_distinct_files_per_batch: f64,
     /// The same for the sequential plan.
@@ -292,6 +295,7 @@ where
         raw_decode_rows_per_s: rows / median(raw_seconds),
         sequential_vs_raw_decode: median(raw_ratios.0),
         block_shuffle_vs_raw_decode: median(raw_ratios.1),
+        quality_batch_size: options.batch_size,
         block_shuffle_distinct_files_per_batch: shuffled.whole.measured.distinct_files_per_batch,
         sequential_distinct_files_per_batch: in_order.whole.measured.distinct_files_per_batch,
         ideal_distinct_files_per_batch: shuffled.whole.ideal.distinct_files_per_batch,
