@@ -199,12 +199,14 @@ where
                     Ok(())
                 })
                 .map_err(|error: CodecError| Error::Encode {
+                    location: self.inner.describe_block(block),
                     block,
                     row: row as u64,
                     reason: error.to_string(),
                 })?;
         }
         builder.finish().ok_or_else(|| Error::Encode {
+            location: self.inner.describe_block(block),
             block,
             row: samples.len() as u64,
             reason: "the segment did not receive every sample".to_owned(),
@@ -227,6 +229,28 @@ where
                     .map_err(|error| format!("record {record} does not decode: {error}"))
             })
             .collect()
+    }
+
+    /// The rows of a block of the inner layout.
+    pub(crate) fn block_rows(&self, block: BlockIndex) -> Result<u64> {
+        Ok(self.block(block)?.rows)
+    }
+
+    /// Whether a valid segment of `key` is on disk and decodes into `rows` samples; one that
+    /// verifies but does not decode is discarded as corrupt (and `false` returned).
+    pub(crate) fn decodes_from_disk(&self, key: &SegmentKey, rows: u64) -> Result<bool> {
+        let segment = match self.disk.get(key) {
+            Ok(Some(segment)) => segment,
+            Ok(None) | Err(Error::CorruptSegment { .. }) => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        match self.decode(&segment, rows) {
+            Ok(_) => Ok(true),
+            Err(reason) => {
+                self.disk.discard_undecodable(key, reason);
+                Ok(false)
+            }
+        }
     }
 
     /// The block's samples from the disk tier, when a valid segment is there.

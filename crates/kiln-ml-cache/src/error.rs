@@ -19,8 +19,10 @@ pub enum Error {
     #[error(transparent)]
     Read(#[from] ReadError),
     /// A sample could not be encoded for the cache.
-    #[error("cannot encode sample {row} of block {block} for the cache: {reason}")]
+    #[error("cannot encode sample {row} of block {block} ({location}) for the cache: {reason}")]
     Encode {
+        /// Where the block lives (the file path and row group when the layout knows them).
+        location: String,
         /// The block.
         block: BlockIndex,
         /// The sample's row inside the block.

@@ -21,7 +21,8 @@ pub struct WarmReport {
     pub built: u64,
     /// Blocks whose segment was already there and verified.
     pub already_cached: u64,
-    /// Segment bytes written.
+    /// Segment bytes this call wrote (not those written meanwhile by other users of the same
+    /// [`DiskCache`](crate::DiskCache)).
     pub bytes_written: u64,
     /// Wall time.
     pub seconds: f64,
@@ -47,7 +48,9 @@ where
     /// Builds every missing or corrupt segment in parallel on rayon's pool, with a progress bar
     /// on standard error when it is a terminal.
     ///
-    /// Existing segments are verified (read once), so a warm cache is also a checked one. Runs
+    /// Existing segments are verified and decoded (read once), so a warm cache is also a checked
+    /// one: a segment whose bytes verify but do not decode, or hold the wrong number of records,
+    /// is counted as corrupt and rebuilt like a damaged one. Runs
     /// on the current rayon pool: wrap the call in `ThreadPool::install` to choose the threads.
     /// Stops at the first failure; a panicking transform is reported as a
     /// `kiln_ml_core::ReadError::Panicked` ([`Error::Read`]).
@@ -58,13 +61,13 @@ where
     /// [`warm`](Self::warm) reporting progress to a bar of your own.
     pub fn warm_with(&self, bar: ProgressBar) -> Result<WarmReport> {
         let started = Instant::now();
-        let written_before = self.disk().stats().bytes_written;
         let built = AtomicU64::new(0);
+        let bytes_written = AtomicU64::new(0);
         let blocks = self.num_blocks() as BlockIndex;
         let result = (0..blocks).into_par_iter().try_for_each(|block| {
-            let was_built = self.warm_block(block)?;
-            if was_built {
+            if let Some(bytes) = self.warm_block(block)? {
                 built.fetch_add(1, Ordering::Relaxed);
+                bytes_written.fetch_add(bytes, Ordering::Relaxed);
             }
             bar.inc(1);
             Ok::<_, Error>(())
@@ -76,18 +79,16 @@ where
             blocks: u64::from(blocks),
             built,
             already_cached: u64::from(blocks) - built,
-            bytes_written: self.disk().stats().bytes_written - written_before,
+            bytes_written: bytes_written.into_inner(),
             seconds: started.elapsed().as_secs_f64(),
         })
     }
 
-    /// Ensures one block's segment; whether it had to be built.
-    fn warm_block(&self, block: BlockIndex) -> Result<bool> {
+    /// Ensures one block's segment; the bytes written when it had to be built.
+    fn warm_block(&self, block: BlockIndex) -> Result<Option<u64>> {
         let key = self.key(block);
-        match self.disk().get(&key) {
-            Ok(Some(_)) => return Ok(false),
-            Ok(None) | Err(Error::CorruptSegment { .. }) => {}
-            Err(error) => return Err(error),
+        if self.decodes_from_disk(&key, self.block_rows(block)?)? {
+            return Ok(None);
         }
         let bytes = catch_unwind(AssertUnwindSafe(|| {
             let samples = self.compute_block(block)?;
@@ -97,6 +98,6 @@ where
             Error::panicked(format!("warming {}", self.describe_block(block)), payload)
         })??;
         self.disk().put(&key, &bytes)?;
-        Ok(true)
+        Ok(Some(bytes.len() as u64))
     }
 }

@@ -212,6 +212,63 @@ fn warm_builds_everything_once_in_parallel() {
 }
 
 #[test]
+fn warm_rebuilds_a_segment_that_verifies_but_does_not_fit_its_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls);
+    // A well-formed segment under block 0's key holding one record for a block of 4 rows.
+    let samples = cached.compute_block(0).unwrap();
+    let short = cached.encode_block(0, &samples[..1]).unwrap();
+    cached.disk().put(&cached.key(0), &short).unwrap();
+    let report = cached.warm().unwrap();
+    assert_eq!((report.built, report.already_cached), (3, 0));
+    assert_eq!(cached.stats().corrupt_segments, 1);
+    let reports = cached.disk().corrupt_segments();
+    assert!(
+        reports[0]
+            .reason
+            .contains("holds 1 records but the block has 4 rows"),
+        "{reports:?}"
+    );
+    // Rebuilt by the warm-up, so reading it now is a plain hit.
+    calls.store(0, Ordering::Relaxed);
+    assert_eq!(
+        cached.read_block(0).unwrap(),
+        expected(&cached.blocks()[0], 1)
+    );
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn warm_counts_only_the_bytes_it_wrote_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let disk = Arc::new(DiskCache::open(dir.path()).unwrap());
+    let other = Arc::new(Cached::new(source(), counted(2, &calls), Arc::clone(&disk)));
+    let once = std::sync::Once::new();
+    // Another user of the same directory writes a segment while this one warms.
+    let meanwhile = Arc::clone(&other);
+    let transform = transform_fn("features", 1, move |id: u64| {
+        once.call_once(|| drop(meanwhile.read_block(2).unwrap()));
+        Ok::<_, Infallible>(vec![id as f32])
+    });
+    let cached = Cached::new(source(), transform, Arc::clone(&disk));
+    let report = cached.warm().unwrap();
+    let own: u64 = (0..3)
+        .map(|block| {
+            std::fs::metadata(disk.segment_path(&cached.key(block)))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(report.bytes_written, own);
+    assert!(
+        disk.stats().bytes_written > own,
+        "the other segment was written"
+    );
+}
+
+#[test]
 fn warm_reports_a_panicking_transform_as_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let exploding = transform_fn("explodes", 1, |id: u64| {
@@ -448,6 +505,7 @@ fn a_codec_that_cannot_read_its_own_records_is_named_when_the_block_is_built() {
         message.contains("cannot decode what it encoded (4 does not decode)"),
         "{message}"
     );
+    assert!(message.contains(&cached.describe_block(1)), "{message}");
     assert_eq!(cached.stats().bytes_written, 0, "nothing was cached");
 }
 

@@ -394,6 +394,7 @@ mod tests {
         }
         // The cache's own failures stay the cache's.
         let encode = kiln_ml_cache::Error::Encode {
+            location: location(),
             block: 3,
             row: 1,
             reason: "too large".to_owned(),

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use super::index::DiskIndex;
-use crate::segment::{SegmentKey, SegmentName};
+use crate::segment::{SegmentKey, SegmentName, is_segment_temporary};
 use crate::stats::{CacheStats, CorruptSegment, Counters};
 use crate::{Error, Result};
 
@@ -19,8 +19,8 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 /// A directory of cache segments, one file per (layout, block, transform, codec) key.
 ///
 /// - **Atomic writes**: a segment is written to a hidden temporary file in the same directory
-///   and renamed into place, so a crash leaves either the whole segment or none. Temporary files
-///   older than an hour are removed when the cache is opened, and so are segments of older
+///   and renamed into place, so a crash leaves either the whole segment or none. Segments'
+///   temporary files older than an hour are removed when the cache is opened, and so are segments of older
 ///   format versions (their names say it), which this build can never read. Segments of newer
 ///   versions are left alone and not counted: builds of two kiln versions may share a
 ///   directory without sharing segments.
@@ -67,7 +67,7 @@ impl DiskCache {
                 continue; // removed meanwhile by another process
             };
             let modified = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            if name.starts_with('.') && name.ends_with(".tmp") {
+            if is_segment_temporary(&name) {
                 let stale = modified.elapsed().is_ok_and(|age| age > STALE_TEMP_AGE);
                 if stale {
                     // Best effort: another process may be removing it too.
@@ -218,15 +218,27 @@ mod tests {
     #[test]
     fn opening_removes_stale_temporary_files_only() {
         let dir = tempfile::tempdir().unwrap();
-        let [stale, fresh] = [".a.1.0.tmp", ".b.1.0.tmp"].map(|name| dir.path().join(name));
-        for path in [&stale, &fresh] {
+        let digest = key(0).digest();
+        let [stale, fresh, foreign] = [
+            format!(".{digest}.v2.seg.a1.tmp"),
+            format!(".{digest}.v2.seg.b2.tmp"),
+            ".notes.tmp".to_owned(),
+        ]
+        .map(|name| dir.path().join(name));
+        for path in [&stale, &fresh, &foreign] {
             std::fs::write(path, b"half a segment").unwrap();
         }
         let long_ago = SystemTime::now() - 2 * STALE_TEMP_AGE;
-        let file = std::fs::File::options().write(true).open(&stale).unwrap();
-        file.set_modified(long_ago).unwrap();
+        for old in [&stale, &foreign] {
+            let file = std::fs::File::options().write(true).open(old).unwrap();
+            file.set_modified(long_ago).unwrap();
+        }
         let cache = DiskCache::open(dir.path()).unwrap();
         assert!(!stale.exists());
+        assert!(
+            foreign.exists(),
+            "a temporary file that is not a segment's is left alone"
+        );
         assert!(fresh.exists(), "a writer may still be about to rename it");
         assert_eq!(cache.stats().disk_bytes, 0);
     }

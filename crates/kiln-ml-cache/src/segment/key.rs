@@ -62,7 +62,15 @@ impl SegmentName {
             return Self::Foreign;
         };
         let (digest, version) = match stem.split_once(".v") {
-            Some((digest, version)) => (digest, version.parse::<u32>().ok()),
+            // Only the canonical spelling (`v2`, not `v02` or `v+2`): an alias would be indexed
+            // under a name eviction never deletes.
+            Some((digest, version)) => (
+                digest,
+                version
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|parsed| parsed.to_string() == version),
+            ),
             None => (stem, Some(1)),
         };
         match (digest.parse::<Fingerprint>(), version) {
@@ -72,6 +80,15 @@ impl SegmentName {
             _ => Self::Foreign,
         }
     }
+}
+
+/// Whether `name` is a temporary file of a segment being written (`.<segment name>.<random>.tmp`,
+/// as `write_atomic` names them), of any format version: a user's own `.notes.tmp` is not.
+pub(crate) fn is_segment_temporary(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|name| name.strip_suffix(".tmp"))
+        .and_then(|name| name.rsplit_once('.'))
+        .is_some_and(|(segment, _random)| SegmentName::parse(segment) != SegmentName::Foreign)
 }
 
 #[cfg(test)]
@@ -97,12 +114,37 @@ mod tests {
             SegmentName::parse(&format!("{digest}.v3.seg")),
             SegmentName::NewerVersion
         );
-        for foreign in ["notes.seg", "x.v2.seg", &format!("{digest}.v2.tmp"), ".seg"] {
+        for foreign in [
+            "notes.seg",
+            "x.v2.seg",
+            &format!("{digest}.v2.tmp"),
+            ".seg",
+            &format!("{digest}.v02.seg"),
+            &format!("{digest}.v+2.seg"),
+            &format!("{digest}.v01.seg"),
+        ] {
             assert_eq!(
                 SegmentName::parse(foreign),
                 SegmentName::Foreign,
                 "{foreign}"
             );
+        }
+    }
+
+    #[test]
+    fn only_segment_temporaries_are_recognized() {
+        let digest = key(3).digest();
+        assert!(is_segment_temporary(&format!(
+            ".{digest}.v2.seg.Ab12Cd.tmp"
+        )));
+        assert!(is_segment_temporary(&format!(".{digest}.seg.x.tmp")));
+        for other in [
+            ".notes.tmp",
+            ".a.1.0.tmp",
+            &format!("{digest}.v2.seg.x.tmp"),
+            ".tmp",
+        ] {
+            assert!(!is_segment_temporary(other), "{other}");
         }
     }
 

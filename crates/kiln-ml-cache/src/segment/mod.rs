@@ -11,5 +11,5 @@ pub use builder::SegmentBuilder;
 pub(crate) use bytes::SegmentBytes;
 pub use format::FORMAT_VERSION;
 pub use key::SegmentKey;
-pub(crate) use key::{SegmentName, file_name};
+pub(crate) use key::{SegmentName, file_name, is_segment_temporary};
 pub use verified::Segment;
