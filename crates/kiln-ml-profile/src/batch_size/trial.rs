@@ -55,12 +55,14 @@ pub(crate) fn run_in_process<E: Display>(
         probe.reset_peak();
     }
     let result = catch_unwind(AssertUnwindSafe(|| trial(batch_size, steps)));
-    let peak_bytes = probe.and_then(|probe| {
+    let reading = probe.map(|probe| {
         probe
             .read()
-            .ok()
             .map(|reading| reading.peak_bytes.unwrap_or(reading.reserved_bytes))
     });
+    let peak_bytes = reading
+        .as_ref()
+        .and_then(|reading| reading.as_ref().ok().copied());
     if let Some(probe) = probe {
         probe.cleanup();
     }
@@ -70,6 +72,19 @@ pub(crate) fn run_in_process<E: Display>(
                 (Some(peak), Some(budget)) if peak > budget => Outcome::OutOfMemory {
                     peak_bytes,
                     reason: format!("above the memory budget: {peak} > {budget} bytes"),
+                },
+                // A budget that cannot be checked protects nothing: stop rather than guess.
+                (None, Some(budget)) => Outcome::Failed {
+                    message: match reading {
+                        Some(Err(reason)) => format!(
+                            "the memory probe could not be read to check the budget of \
+                             {budget} bytes: {reason}"
+                        ),
+                        _ => format!(
+                            "a memory budget of {budget} bytes is set but there is no memory \
+                             probe to check it against"
+                        ),
+                    },
                 },
                 _ => Outcome::Fits { peak_bytes },
             };
@@ -191,5 +206,32 @@ mod tests {
         ));
         // Cleaned before and after every trial.
         assert_eq!(probe.cleanups.load(Ordering::SeqCst), 10);
+    }
+
+    struct Unreadable;
+
+    impl MemoryProbe for Unreadable {
+        fn name(&self) -> &str {
+            "gone"
+        }
+        fn read(&self) -> Result<MemoryReading, String> {
+            Err("the pool is gone".to_owned())
+        }
+    }
+
+    #[test]
+    fn a_budget_the_probe_cannot_check_stops_the_trial() {
+        let mut fits = |_: usize, _: usize| Ok::<_, String>(());
+        let outcome = run_in_process(&mut fits, 8, 1, Some(&Unreadable), Some(1000));
+        let Outcome::Failed { message } = outcome else {
+            panic!("an unchecked budget counted as fitting: {outcome:?}");
+        };
+        assert!(
+            message.contains("budget of 1000 bytes: the pool is gone"),
+            "{message}"
+        );
+        // Without a budget the reading is only a figure: the trial fits, its peak unknown.
+        let outcome = run_in_process(&mut fits, 8, 1, Some(&Unreadable), None);
+        assert_eq!(outcome, Outcome::Fits { peak_bytes: None });
     }
 }

@@ -146,9 +146,9 @@ pub fn decide_bottleneck(
     // The share of the real run's time lost against the cached pace, and whether waiting for
     // data accounts for enough of it (a cached run that made no progress decides nothing).
     let lost_share = (1.0 - ratio).max(0.0);
-    let wait_explains_loss = cached.steps_per_s <= 0.0
-        || real.data_wait_share >= thresholds.explained_wait_fraction * lost_share;
-    let slower_than_cached = ratio < thresholds.input_bound_ratio;
+    let wait_explains_loss =
+        real.data_wait_share >= thresholds.explained_wait_fraction * lost_share;
+    let slower_than_cached = cached.steps_per_s > 0.0 && ratio < thresholds.input_bound_ratio;
     let contended = slower_than_cached && !wait_explains_loss;
     let waits_while_idle = real.data_wait_share > thresholds.data_wait_share
         && idle(real.gpu_utilization_percent) != Some(false);
@@ -171,6 +171,13 @@ pub fn decide_bottleneck(
     };
     let cached_loss_decreased = loss_decreased(&cached.losses);
     let mut warnings = Vec::new();
+    if cached.steps_per_s <= 0.0 {
+        warnings.push(format!(
+            "the cached run made no measurable progress ({} steps/s): the throughput ratio \
+             decides nothing, only the data wait and utilization rules did",
+            cached.steps_per_s
+        ));
+    }
     if cached_loss_decreased == Some(false) {
         warnings.push(format!(
             "the loss on the cached batch did not go down over {} steps: check the model, the \
@@ -233,6 +240,26 @@ mod tests {
         let compute = decide_bottleneck(run(10.0, 0.0, None), run(9.9, 0.01, None), t);
         assert_eq!(compute.verdict, Verdict::ComputeBound);
         assert!(compute.evidence.iter().any(|line| line.contains("unknown")));
+    }
+
+    #[test]
+    fn a_cached_run_without_progress_decides_nothing_by_itself() {
+        let t = Thresholds::default();
+        let mut stalled = run(10.0, 0.0, None);
+        stalled.steps_per_s = 0.0;
+        let never_waits = decide_bottleneck(stalled.clone(), run(10.0, 0.0, None), t);
+        assert_eq!(never_waits.verdict, Verdict::ComputeBound);
+        assert!(
+            never_waits
+                .warnings
+                .iter()
+                .any(|line| line.contains("no measurable progress")),
+            "{:?}",
+            never_waits.warnings
+        );
+        // The wait rule still decides on its own.
+        let starved = decide_bottleneck(stalled, run(10.0, 0.6, None), t);
+        assert_eq!(starved.verdict, Verdict::InputBound);
     }
 
     #[test]

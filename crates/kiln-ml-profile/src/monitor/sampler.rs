@@ -33,8 +33,19 @@ impl ProbeSource {
             Ok(reading) => {
                 sample.pool_in_use_bytes = Some(reading.in_use_bytes);
                 sample.pool_reserved_bytes = Some(reading.reserved_bytes);
-                self.status
+                let status = self
+                    .status
                     .get_or_insert_with(|| SourceStatus::available(self.probe.name(), None));
+                if !status.available {
+                    // Failed reads before the first good one: the source gives readings after
+                    // all, and its reason keeps what failed.
+                    status.available = true;
+                    let last = status.reason.take().unwrap_or_default();
+                    status.reason = Some(format!(
+                        "{} reads failed, the last: {last}",
+                        self.failed_reads
+                    ));
+                }
             }
             Err(reason) => {
                 self.failed_reads += 1;
@@ -190,5 +201,53 @@ mod tests {
             SourceStatus::unavailable("flaky", "the pool is gone")
         );
         assert_eq!(statuses[1].name, "host");
+    }
+
+    /// Fails its first `failures` reads, then reads.
+    struct FailsFirst {
+        failures: u64,
+        calls: std::sync::atomic::AtomicU64,
+    }
+
+    impl MemoryProbe for FailsFirst {
+        fn name(&self) -> &str {
+            "flaky"
+        }
+        fn read(&self) -> Result<MemoryReading, String> {
+            let call = self
+                .calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if call < self.failures {
+                Err(format!("busy at read {call}"))
+            } else {
+                Ok(MemoryReading::default())
+            }
+        }
+    }
+
+    #[test]
+    fn a_probe_that_reads_after_failing_first_is_available_and_keeps_what_failed() {
+        let config = SamplerConfig {
+            clock: Clock::start(),
+            interval: Duration::from_millis(20),
+            nvml_device: None,
+            host: false,
+            probe: Some(Arc::new(FailsFirst {
+                failures: 2,
+                calls: Default::default(),
+            })),
+        };
+        let mut sources = Sources::open(&config);
+        for _ in 0..2 {
+            assert_eq!(sources.sample(&config.clock).pool_in_use_bytes, None);
+        }
+        assert!(!sources.statuses()[0].available);
+        assert_eq!(sources.sample(&config.clock).pool_in_use_bytes, Some(0));
+        let status = &sources.statuses()[0];
+        assert!(status.available, "{status:?}");
+        assert_eq!(
+            status.reason.as_deref(),
+            Some("2 reads failed, the last: busy at read 1")
+        );
     }
 }

@@ -49,15 +49,16 @@ fn render(
     spans: &[Span],
     samples: &[DeviceSample],
 ) -> std::result::Result<String, String> {
-    let rows = Rows::of(spans);
     let (shown, note) = window(spans, MAX_SPANS);
+    // Rows for the actions drawn, not for those only in the steps left out.
+    let rows = Rows::of(shown.iter().copied());
     let time = time_range(&shown, samples);
     // Only the samples in the time the spans cover (the monitor may start before `fit` and
     // stop after it): plotters clamps points past the axes onto the plot's edge, where the
     // others would stack as a false vertical line.
     let samples: Vec<&DeviceSample> = samples
         .iter()
-        .filter(|sample| time.contains(&seconds(sample.at)))
+        .filter(|sample| (time.start..=time.end).contains(&seconds(sample.at)))
         .collect();
     let heading = match &note {
         Some(note) => format!("{title} ({note})"),
@@ -222,6 +223,29 @@ mod tests {
             "the title should say spans were left out"
         );
         assert!(rects(&svg) < MAX_SPANS + 200, "{} rects", rects(&svg));
+        // Validation ran after step 5 only, long before the steps drawn: no row, no legend.
+        assert!(!svg.contains("\nvalidation\n"), "a row for spans not drawn");
+    }
+
+    #[test]
+    fn the_last_sample_is_drawn_too() {
+        // Without spans the axis ends at the last sample: it is on the axis, not past it, so
+        // each line (CPU %, RAM) has a point for every sample.
+        let svg = draw(&[], &host_samples(3));
+        let points: Vec<usize> = svg
+            .split("<polyline")
+            .skip(1)
+            .map(|line| {
+                let points = line.split("points=\"").nth(1).unwrap_or("");
+                points[..points.find('"').unwrap_or(0)]
+                    .split_whitespace()
+                    .count()
+            })
+            .collect();
+        assert!(
+            points.iter().filter(|&&count| count == 3).count() >= 2,
+            "{points:?}"
+        );
     }
 
     #[test]

@@ -32,11 +32,13 @@ pub(super) struct Rows(Vec<(Action, RGBColor)>);
 
 impl Rows {
     /// The rows of the actions `spans` hold.
-    pub(super) fn of(spans: &[Span]) -> Self {
+    pub(super) fn of<'a>(spans: impl IntoIterator<Item = &'a Span>) -> Self {
+        let present: std::collections::HashSet<Action> =
+            spans.into_iter().map(|span| span.action).collect();
         Self(
             PALETTE
                 .into_iter()
-                .filter(|(action, _)| spans.iter().any(|span| span.action == *action))
+                .filter(|(action, _)| present.contains(action))
                 .collect(),
         )
     }
