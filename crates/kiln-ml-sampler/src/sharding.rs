@@ -10,7 +10,7 @@ use crate::rng::{PlanRng, Purpose};
 /// | policy | batches per rank | every sample | use |
 /// |---|---|---|---|
 /// | `Drop` | `⌊N / G⌋`, all full | at most once (the tail is skipped this epoch) | training |
-/// | `Pad` | `⌈N / G⌉`, all full | at least once (some twice) | training without loss |
+/// | `Pad` | `⌈N / G⌉`, all full | at least once (some twice; more when `N < G`) | training without loss |
 /// | `Uneven` | differs by rank, last batch may be short or missing | exactly once | evaluation |
 ///
 /// With `N` samples and `G = batch_size × world`. With one rank and `batch_size = 1` all three

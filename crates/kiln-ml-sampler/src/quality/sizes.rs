@@ -87,12 +87,13 @@ impl SizeFigures {
             let (mut sum, mut longest) = (0u64, 0u64);
             for (offset, &sample) in samples.iter().enumerate() {
                 let size = sample_size(sizes, first + offset, sample)?;
-                sum += size;
+                sum = sum.saturating_add(size);
                 longest = longest.max(size);
             }
-            let padded_batch = samples.len() as u64 * longest;
-            real += sum;
-            padded += padded_batch;
+            // Saturating: figures of sizes near `u64::MAX` are capped, not a panic.
+            let padded_batch = (samples.len() as u64).saturating_mul(longest);
+            real = real.saturating_add(sum);
+            padded = padded.saturating_add(padded_batch);
             max_elements = max_elements.max(sum);
             max_padded_elements = max_padded_elements.max(padded_batch);
             count += 1;
@@ -127,6 +128,13 @@ mod tests {
         assert_eq!(figures.padding_waste, 4.0 / 8.0);
         assert_eq!((figures.mean_elements, figures.max_elements), (4.0, 6));
         assert_eq!(figures.max_padded_elements, 10);
+    }
+
+    #[test]
+    fn figures_of_huge_sizes_saturate() {
+        let figures = SizeFigures::of_batches(&[0, 1], &[u64::MAX, 1], 2).unwrap();
+        assert_eq!(figures.max_elements, u64::MAX);
+        assert_eq!(figures.max_padded_elements, u64::MAX);
     }
 
     #[test]

@@ -127,7 +127,8 @@ impl SizeBudget {
                 cuts.push(start..index);
                 (start, sum, longest) = (index, 0, 0);
             }
-            sum += size;
+            // Saturating like the cost: a budget of `u64::MAX` means no limit, not an overflow.
+            sum = sum.saturating_add(size);
             longest = longest.max(size);
         }
         if start < samples.len() {
@@ -198,6 +199,21 @@ mod tests {
         };
         let error = budget.batches(&[0, 4], &[1, 2], 0, 0).unwrap_err();
         assert!(error.to_string().contains("sample 4"), "{error}");
+    }
+
+    #[test]
+    fn a_budget_of_u64_max_is_no_limit_for_any_sizes() {
+        for padded in [false, true] {
+            let budget = SizeBudget {
+                budget: u64::MAX,
+                padded,
+                window: 0,
+            };
+            let ends = budget
+                .batches(&[0, 1, 2], &[u64::MAX, 1 << 63, 1 << 63], 0, 0)
+                .unwrap();
+            assert_eq!(ends.ends.last(), Some(&3), "padded {padded}");
+        }
     }
 
     proptest! {

@@ -114,6 +114,13 @@ impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
         let order = self
             .order
             .global_order(layout, request.seed, request.epoch)?;
+        if order.len() as u64 != samples {
+            return Err(Error::InvalidConfig(format!(
+                "size-budget batches: the global order has {} samples but the layout has \
+                 {samples}: the order must hold every sample once",
+                order.len()
+            )));
+        }
         let batches = self
             .budget
             .batches(&order, &self.sizes, request.seed, request.epoch)?;
@@ -354,5 +361,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An order that leaves out the last sample.
+    struct AllButLast;
+
+    impl crate::GlobalOrder for AllButLast {
+        fn global_order(
+            &self,
+            layout: &dyn BlockLayout,
+            _seed: u64,
+            _epoch: u64,
+        ) -> Result<Vec<kiln_ml_core::SampleId>> {
+            Ok((0..layout.num_samples() - 1).collect())
+        }
+    }
+
+    #[test]
+    fn an_order_that_misses_samples_is_refused() {
+        let layout = layout(1, 6);
+        let budget = SizeBudget {
+            budget: 10,
+            padded: false,
+            window: 0,
+        };
+        let sizes = vec![1; layout.num_samples() as usize];
+        let sampler =
+            SizeBudgetSampler::new(AllButLast, budget, sizes, RemainderPolicy::Uneven).unwrap();
+        let error = sampler.plan(&layout, &request(0, 0, 0, 1)).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("the order must hold every sample once"),
+            "{error}"
+        );
     }
 }

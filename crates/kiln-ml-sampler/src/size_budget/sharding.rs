@@ -7,7 +7,7 @@ use crate::sharding::RemainderPolicy;
 
 /// The plan of the requested rank: its batches, where they end, and the global samples consumed
 /// at the end of each run. A last run of fewer than `world` batches is dropped, padded with the
-/// epoch's first batches, or left short, by `remainder`.
+/// epoch's last batches again (last first), or left short, by `remainder`.
 pub(crate) fn shard_batches(
     batches: BudgetBatches,
     remainder: RemainderPolicy,
