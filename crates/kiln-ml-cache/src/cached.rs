@@ -375,4 +375,9 @@ where
             self.inner.prefetch(block);
         }
     }
+
+    /// Passes the withdrawal on (the segment may have been written since the hint).
+    fn cancel_prefetch(&self, block: BlockIndex) {
+        self.inner.cancel_prefetch(block);
+    }
 }

@@ -44,6 +44,14 @@ pub trait BlockSource: Send + Sync {
     fn prefetch(&self, block: BlockIndex) {
         let _ = block;
     }
+
+    /// Withdraws a [`prefetch`](Self::prefetch) hint: `block` will not be read after all (the
+    /// epoch that scheduled it was dropped first). A source drops what it fetched ahead for it,
+    /// so abandoned epochs hold no memory. It must return at once and never fail. The default
+    /// does nothing.
+    fn cancel_prefetch(&self, block: BlockIndex) {
+        let _ = block;
+    }
 }
 
 impl<T: BlockSource + ?Sized> BlockSource for &T {
@@ -54,6 +62,9 @@ impl<T: BlockSource + ?Sized> BlockSource for &T {
     }
     fn prefetch(&self, block: BlockIndex) {
         (**self).prefetch(block);
+    }
+    fn cancel_prefetch(&self, block: BlockIndex) {
+        (**self).cancel_prefetch(block);
     }
 }
 
@@ -66,6 +77,9 @@ impl<T: BlockSource + ?Sized> BlockSource for Box<T> {
     fn prefetch(&self, block: BlockIndex) {
         (**self).prefetch(block);
     }
+    fn cancel_prefetch(&self, block: BlockIndex) {
+        (**self).cancel_prefetch(block);
+    }
 }
 
 impl<T: BlockSource + ?Sized> BlockSource for Arc<T> {
@@ -76,5 +90,8 @@ impl<T: BlockSource + ?Sized> BlockSource for Arc<T> {
     }
     fn prefetch(&self, block: BlockIndex) {
         (**self).prefetch(block);
+    }
+    fn cancel_prefetch(&self, block: BlockIndex) {
+        (**self).cancel_prefetch(block);
     }
 }

@@ -388,6 +388,52 @@ fn a_failed_read_ends_the_epoch_with_an_error_after_every_earlier_batch() {
     );
 }
 
+/// Blocks 0 and 3 fail, block 0 only after a while.
+struct TwoFailures {
+    inner: MemorySource<u64>,
+}
+
+impl BlockLayout for TwoFailures {
+    fn blocks(&self) -> &[kiln_ml_core::Block] {
+        self.inner.blocks()
+    }
+    fn fingerprint(&self) -> kiln_ml_core::Fingerprint {
+        self.inner.fingerprint()
+    }
+}
+
+impl BlockSource for TwoFailures {
+    type Item = u64;
+    type Error = std::io::Error;
+    fn read_block(&self, block: BlockIndex) -> std::result::Result<Vec<u64>, Self::Error> {
+        match block {
+            0 => {
+                std::thread::sleep(Duration::from_millis(50));
+                Err(std::io::Error::other("block 0 is unreadable"))
+            }
+            3 => Err(std::io::Error::other("block 3 is unreadable")),
+            _ => Ok(self.inner.read_block(block).unwrap()),
+        }
+    }
+}
+
+#[test]
+fn of_two_failing_blocks_in_a_batch_the_error_names_the_first_in_schedule_order() {
+    // Four one-row blocks in one batch: block 3's failure arrives first, block 0's is first in
+    // the schedule. Which one is named must not depend on which worker finishes first.
+    let source = TwoFailures {
+        inner: MemorySource::with_ids(&[&[1, 1, 1, 1]]),
+    };
+    let loader = Loader::new(source, NoCollate, LoaderConfig::new().with_workers(4)).unwrap();
+    let plan = InOrderSampler::new(4)
+        .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
+        .unwrap();
+    let results: Vec<_> = loader.epoch(plan).unwrap().collect();
+    assert_eq!(results.len(), 1);
+    let error = results[0].as_ref().unwrap_err().to_string();
+    assert!(error.contains("block 0 is unreadable"), "{error}");
+}
+
 #[test]
 fn a_panicking_transform_surfaces_as_an_error() {
     let cache = tempfile::tempdir().unwrap();
@@ -437,10 +483,13 @@ fn a_panicking_collation_surfaces_as_an_error() {
     assert!(message.contains("sample 7 cannot be collated"), "{message}");
 }
 
-/// Sleeps on every read and counts reads, to observe what happens after a drop.
+/// Sleeps on every read and counts reads and prefetch hints, to observe what happens after a
+/// drop.
 struct SlowSource {
     inner: MemorySource<u64>,
     reads: AtomicU64,
+    hints: AtomicU64,
+    cancelled_hints: AtomicU64,
 }
 
 impl BlockLayout for SlowSource {
@@ -460,6 +509,12 @@ impl BlockSource for SlowSource {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.read_block(block)
     }
+    fn prefetch(&self, _block: BlockIndex) {
+        self.hints.fetch_add(1, Ordering::Relaxed);
+    }
+    fn cancel_prefetch(&self, _block: BlockIndex) {
+        self.cancelled_hints.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[test]
@@ -467,6 +522,8 @@ fn dropping_an_epoch_midway_stops_its_work_and_the_loader_stays_usable() {
     let source = SlowSource {
         inner: MemorySource::with_ids(&[&[4; 200]]),
         reads: AtomicU64::new(0),
+        hints: AtomicU64::new(0),
+        cancelled_hints: AtomicU64::new(0),
     };
     let config = LoaderConfig::new()
         .with_workers(2)
@@ -499,6 +556,46 @@ fn dropping_an_epoch_midway_stops_its_work_and_the_loader_stays_usable() {
         .unwrap();
     assert_eq!(batches.len(), 8);
     assert_eq!(batches.concat(), (0..800).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_dropped_epoch_withdraws_the_prefetch_hints_it_will_not_read() {
+    let source = SlowSource {
+        inner: MemorySource::with_ids(&[&[4; 200]]),
+        reads: AtomicU64::new(0),
+        hints: AtomicU64::new(0),
+        cancelled_hints: AtomicU64::new(0),
+    };
+    // One worker and a deep read-ahead: most scheduled reads are still queued at the drop.
+    let config = LoaderConfig::new()
+        .with_workers(1)
+        .with_prefetch_batches(2)
+        .with_read_ahead_blocks(16);
+    let loader = Loader::new(source, NoCollate, config).unwrap();
+    let mut epoch = loader
+        .plan_epoch(&InOrderSampler::new(4), &PlanRequest::new(0, 0))
+        .unwrap();
+    assert_eq!(epoch.next().unwrap().unwrap(), vec![0, 1, 2, 3]);
+    drop(epoch);
+    let source = loader.source();
+    let settled = || {
+        source.hints.load(Ordering::Relaxed)
+            == source.reads.load(Ordering::Relaxed) + source.cancelled_hints.load(Ordering::Relaxed)
+    };
+    // The queued jobs run (to abandon their reads) on the worker; bounded wait for them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !settled() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Every hint was either read or withdrawn: a remote source holds nothing for the epoch.
+    assert!(
+        settled(),
+        "{} hints, {} reads, {} withdrawn",
+        source.hints.load(Ordering::Relaxed),
+        source.reads.load(Ordering::Relaxed),
+        source.cancelled_hints.load(Ordering::Relaxed)
+    );
+    assert!(source.cancelled_hints.load(Ordering::Relaxed) > 0);
 }
 
 #[test]

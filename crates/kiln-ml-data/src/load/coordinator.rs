@@ -84,8 +84,12 @@ struct Progress<I> {
     consumer_here: bool,
     /// Batches assembled and sent for collation.
     assembled: u64,
-    /// The earliest failing batch and its error.
-    failure: Option<(u64, Error)>,
+    /// The first failing block use in schedule order: its batch, its `uses` index, its error.
+    failure: Option<(u64, usize, Error)>,
+    /// Per `uses` entry: its read answered, with samples or an error.
+    answered: Vec<bool>,
+    /// Length of the prefix of `uses` whose reads have answered.
+    answered_prefix: usize,
 }
 
 impl<S, C> Coordinator<S, C>
@@ -119,6 +123,8 @@ where
             consumer_here: self.start == Start::Awaited,
             assembled: 0,
             failure: None,
+            answered: vec![false; self.schedule.uses.len()],
+            answered_prefix: 0,
         };
         loop {
             if self.cancel.load(Ordering::Relaxed) {
@@ -137,10 +143,13 @@ where
             let held_back =
                 reads_held || (batch_limit < window_limit && progress.assembled == batch_limit);
             *assembled_out = progress.assembled;
-            if let Some((batch, _)) = &progress.failure
+            // Reported once every earlier read has answered, so the error names the first
+            // failing block in schedule order whichever worker finished first.
+            if let Some((batch, index, _)) = &progress.failure
                 && progress.assembled >= *batch
+                && progress.answered_prefix >= *index
             {
-                if let Some((batch, error)) = progress.failure.take() {
+                if let Some((batch, _, error)) = progress.failure.take() {
                     let _ = self.output.send((batch, Err(error)));
                 }
                 return;
@@ -208,7 +217,7 @@ where
         let failed_at = progress
             .failure
             .as_ref()
-            .map(|(batch, _)| self.schedule.end_of_batches(*batch));
+            .map(|(batch, _, _)| self.schedule.end_of_batches(*batch));
         while let Some(used) = uses.get(progress.next_read) {
             if failed_at.is_some_and(|end| used.first_use >= end) {
                 break;
@@ -251,6 +260,8 @@ where
         let reply = Reply::new(results, use_index, Task::Read { block, file });
         let job = Box::new(move || {
             if cancel.load(Ordering::Relaxed) {
+                // The epoch is gone: what the source fetched ahead for this read goes too.
+                source.cancel_prefetch(block);
                 return reply.abandon();
             }
             reply.answer(|| {
@@ -289,6 +300,10 @@ where
         result: Result<HeldSamples<S::Item>>,
     ) {
         let block = self.schedule.uses[index].block;
+        progress.answered[index] = true;
+        while progress.answered.get(progress.answered_prefix) == Some(&true) {
+            progress.answered_prefix += 1;
+        }
         match result {
             Ok(samples) => {
                 progress.resident[block as usize] = Some(samples);
@@ -302,9 +317,9 @@ where
                 if progress
                     .failure
                     .as_ref()
-                    .is_none_or(|(earliest, _)| batch < *earliest)
+                    .is_none_or(|(earliest, first, _)| (batch, index) < (*earliest, *first))
                 {
-                    progress.failure = Some((batch, error));
+                    progress.failure = Some((batch, index, error));
                 }
             }
         }
@@ -332,7 +347,7 @@ where
             if progress
                 .failure
                 .as_ref()
-                .is_some_and(|(batch, _)| progress.assembled >= *batch)
+                .is_some_and(|(batch, _, _)| progress.assembled >= *batch)
             {
                 return;
             }
@@ -367,7 +382,8 @@ where
                     assembled.push((progress.assembled, samples, urgent));
                 }
                 Err(error) => {
-                    progress.failure = Some((progress.assembled, error));
+                    // Every read of this batch arrived: no read failure comes before it.
+                    progress.failure = Some((progress.assembled, 0, error));
                     return;
                 }
             }

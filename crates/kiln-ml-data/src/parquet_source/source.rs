@@ -443,6 +443,21 @@ impl<D: RowDecoder> BlockSource for ParquetSource<D> {
         }
     }
 
+    /// Stops the fetch started for `block` and drops its bytes.
+    fn cancel_prefetch(&self, block: BlockIndex) {
+        let cancelled = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&block);
+        #[cfg(feature = "remote")]
+        if let Some(read) = cancelled {
+            read.abort();
+        }
+        #[cfg(not(feature = "remote"))]
+        let _ = cancelled;
+    }
+
     fn read_block(&self, block: BlockIndex) -> Result<Vec<D::Item>> {
         let (file, row_group, chunks) = self.read_chunks(block)?;
         let decode_error = |column, row, reason| Error::Decode {

@@ -18,7 +18,7 @@ use crate::{Error, Result, RetryPolicy};
 /// two threads decode.
 pub(crate) struct RemoteStore {
     pub(crate) store: Arc<dyn ObjectStore>,
-    pub(crate) runtime: Runtime,
+    pub(crate) runtime: StoreRuntime,
     pub(crate) retry: RetryPolicy,
     /// `scheme://authority`, for naming objects in errors.
     base: String,
@@ -30,6 +30,32 @@ impl std::fmt::Debug for RemoteStore {
             .field("base", &self.base)
             .field("retry", &self.retry)
             .finish_non_exhaustive()
+    }
+}
+
+/// A store's runtime, shut down in the background when the store goes.
+///
+/// The last owner of a store may be a read-ahead fetch finishing on one of the runtime's own
+/// threads (its source dropped meanwhile); dropping a `Runtime` there panics ("Cannot drop a
+/// runtime in a context where blocking is not allowed"). Its requests are only reads, so
+/// nothing is lost by not waiting for them.
+pub(crate) struct StoreRuntime(Option<Runtime>);
+
+impl std::ops::Deref for StoreRuntime {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        self.0
+            .as_ref()
+            .expect("the runtime is only taken when the store drops")
+    }
+}
+
+impl Drop for StoreRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -62,7 +88,7 @@ impl RemoteStore {
         let base = url[..Position::BeforePath].to_owned();
         let store = Self {
             store,
-            runtime,
+            runtime: StoreRuntime(Some(runtime)),
             retry,
             base,
         };
@@ -147,4 +173,43 @@ fn finish<S: ObjectStore>(
     built
         .map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
         .map_err(|error| format!("cannot open the store: {error}"))
+}
+
+#[cfg(all(test, feature = "s3"))]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    #[test]
+    fn the_last_owner_may_be_a_task_on_the_runtime_itself() {
+        let url = Url::parse("s3://bucket/data/").unwrap();
+        let options = [
+            ("aws_endpoint", "http://127.0.0.1:9"),
+            ("aws_region", "us-east-1"),
+        ]
+        .map(|(key, value)| (key.to_owned(), value.to_owned()));
+        let (store, _) = RemoteStore::open(&url, &options, RetryPolicy::default()).unwrap();
+        // A read-ahead fetch holds the store while its source goes: it drops the last owner
+        // on one of the runtime's own threads.
+        let (go, wait) = mpsc::channel::<()>();
+        let (done, finished) = mpsc::channel();
+        let held = Arc::clone(&store);
+        store.runtime.spawn(async move {
+            while wait.try_recv() == Err(mpsc::TryRecvError::Empty) {
+                tokio::task::yield_now().await;
+            }
+            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(held)));
+            let _ = done.send(dropped.is_ok());
+        });
+        drop(store);
+        go.send(()).unwrap();
+        let dropped_cleanly = finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the task ended");
+        assert!(
+            dropped_cleanly,
+            "dropping the store on its runtime panicked"
+        );
+    }
 }
