@@ -180,5 +180,10 @@ pub enum Event {
         path: std::path::PathBuf,
         /// Optimizer steps the checkpoint holds.
         step: u64,
+        /// How long saving it took: reading the state back from the device, encoding it and
+        /// the atomic write. Checkpoints are saved between steps, so this time is in no step.
+        /// Zero in events recorded before it was measured.
+        #[serde(default)]
+        elapsed: std::time::Duration,
     },
 }

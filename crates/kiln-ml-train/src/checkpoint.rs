@@ -68,6 +68,7 @@ where
                 pending: self.window.micro_batches,
             });
         }
+        let started = std::time::Instant::now();
         let state = TrainerState {
             kiln_train_version: env!("CARGO_PKG_VERSION").to_owned(),
             epoch: Some(self.epoch),
@@ -126,6 +127,7 @@ where
         self.observers.emit(&kiln_ml_core::Event::CheckpointSaved {
             path: path.to_path_buf(),
             step: self.counters.optimizer_steps,
+            elapsed: started.elapsed(),
         });
         Ok(())
     }

@@ -26,7 +26,7 @@ pub(super) fn rows(state: &State, mode: TimingMode) -> (Vec<PhaseRow>, Duration)
                 row_from(action, &once, false)
             }),
             Action::Other => other_row(state, estimated),
-            Action::DataWait | Action::Validation => state
+            Action::DataWait | Action::Validation | Action::Checkpoint => state
                 .tallies
                 .all
                 .get(&action)

@@ -20,7 +20,9 @@ pub enum Action {
     Optimizer,
     /// A validation pass.
     Validation,
-    /// The part of a step no phase covers (the trainer's bookkeeping, observers, checkpoints).
+    /// Saving a checkpoint (the trainer's `CheckpointSaved`): between steps, in none of them.
+    Checkpoint,
+    /// The part of a step no phase covers (the trainer's bookkeeping, observers).
     Other,
     /// One whole optimizer step, from its first phase's start to its report.
     Step,
@@ -32,13 +34,14 @@ pub enum Action {
 
 impl Action {
     /// Every action, in step order.
-    pub const ALL: [Action; 9] = [
+    pub const ALL: [Action; 10] = [
         Action::DataWait,
         Action::HostToDevice,
         Action::Forward,
         Action::Backward,
         Action::Optimizer,
         Action::Validation,
+        Action::Checkpoint,
         Action::Other,
         Action::Step,
         Action::FirstStep,
@@ -53,6 +56,7 @@ impl Action {
             Action::Backward => "backward",
             Action::Optimizer => "optimizer",
             Action::Validation => "validation",
+            Action::Checkpoint => "checkpoint",
             Action::Other => "other",
             Action::Step => "step",
             Action::FirstStep => "first_step",

@@ -203,6 +203,22 @@ impl State {
                 self.samples += samples;
             }
             Event::BatchLoaded { .. } => self.loader_batches += 1,
+            // Saved between steps: a row of its own, outside every step's time.
+            Event::CheckpointSaved { step, elapsed, .. } => {
+                self.tallies
+                    .all
+                    .entry(Action::Checkpoint)
+                    .or_default()
+                    .add(*elapsed);
+                let span = Span {
+                    action: Action::Checkpoint,
+                    step: *step,
+                    start: now.saturating_sub(*elapsed),
+                    duration: *elapsed,
+                    sync: None,
+                };
+                self.push_span(span, max_spans);
+            }
             // Validation runs between steps: the step whose data wait found the epoch's end
             // opens again after it, so its time does not count the validation.
             Event::PhaseStart {

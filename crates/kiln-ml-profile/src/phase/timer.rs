@@ -19,7 +19,8 @@ const DEFAULT_MAX_SPANS: usize = 200_000;
 /// [`report`](Self::report) for a table like Lightning's `SimpleProfiler`, and
 /// [`spans`](Self::spans) for a Chrome trace or the SVG timeline. Each phase is tallied from
 /// the trainer's `PhaseEnd` events; the rest of a step (the trainer's bookkeeping, other
-/// observers, checkpoints) is reported as `other`.
+/// observers) is reported as `other`, and checkpoints, saved between steps, as `checkpoint`
+/// (from the trainer's `CheckpointSaved`).
 ///
 /// What the numbers mean depends on the [`TimingMode`]: with `Accurate` every phase ends with
 /// a device sync; with `Cheap` only one step in N does, the step before it syncs once at its

@@ -21,12 +21,19 @@ fn trainer<B: AutodiffBackend>(
     device: &B::Device,
     accumulation: u32,
 ) -> Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, f64> {
-    B::seed(device, 3);
-    let model = MlpConfig::new(4, &[16], 1).init::<B>(device);
-    materialize(&model);
     let config = TrainerConfig::new()
         .with_num_epochs(1)
         .with_accumulation_steps(accumulation);
+    trainer_with::<B>(device, config)
+}
+
+fn trainer_with<B: AutodiffBackend>(
+    device: &B::Device,
+    config: TrainerConfig,
+) -> Trainer<B, Mlp<B>, impl burn::optim::Optimizer<Mlp<B>, B>, f64> {
+    B::seed(device, 3);
+    let model = MlpConfig::new(4, &[16], 1).init::<B>(device);
+    materialize(&model);
     Trainer::new(
         model,
         AdamConfig::new().init(),
@@ -151,6 +158,34 @@ fn cheap_mode_syncs_accurate_steps_on_flex() {
 #[test]
 fn the_meter_counts_optimizer_steps_once_on_flex() {
     the_meter_counts_optimizer_steps_once::<Flex>(Default::default());
+}
+
+#[test]
+fn checkpoints_are_timed_on_their_own_row_on_flex() {
+    let device = Default::default();
+    let directory = tempfile::tempdir().unwrap();
+    let timer = Arc::new(PhaseTimer::new(Clock::start(), TimingMode::Accurate));
+    let config = TrainerConfig::new()
+        .with_num_epochs(1)
+        .with_accumulation_steps(ACCUMULATION)
+        .with_checkpoint(Some(
+            kiln_ml_train::CheckpointConfig::new(directory.path()).with_every_steps(2),
+        ));
+    let mut trainer = trainer_with::<Flex>(&device, config);
+    trainer.add_observer(Arc::clone(&timer));
+    let data = batches::<Flex>(&device);
+    trainer
+        .fit(|position| PlainBatches::new(data.clone(), position, RegressionBatch::len))
+        .unwrap();
+    let report = timer.report();
+    let checkpoint = report.row("checkpoint").expect("a checkpoint row");
+    // Steps 2, 4 and 6, and the epoch's end.
+    assert!(checkpoint.calls >= 3, "{checkpoint:?}");
+    assert!(checkpoint.total_seconds > 0.0);
+    // Saved between steps: no step's time holds it.
+    let steps = report.row("step").unwrap().total_seconds;
+    let first = report.row("first_step").unwrap().total_seconds;
+    assert!(steps + first + checkpoint.total_seconds <= report.wall_seconds + 1e-6);
 }
 
 #[cfg(feature = "wgpu")]

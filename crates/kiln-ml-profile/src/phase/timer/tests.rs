@@ -66,6 +66,34 @@ fn accurate_mode_tallies_every_phase_and_the_rest_of_the_step() {
 }
 
 #[test]
+fn checkpoints_between_steps_have_a_row_of_their_own() {
+    let timer = PhaseTimer::new(Clock::start(), TimingMode::Accurate);
+    run_step(&timer, 1, &PHASES, true);
+    // The trainer saves after the step's report and says how long it took.
+    std::thread::sleep(ms(30));
+    timer.on_event(&Event::CheckpointSaved {
+        path: "run.ckpt".into(),
+        step: 1,
+        elapsed: ms(30),
+    });
+    run_step(&timer, 2, &PHASES, true);
+    let report = timer.report();
+    let checkpoint = report.row("checkpoint").expect("a checkpoint row");
+    assert_eq!(checkpoint.calls, 1);
+    assert!((checkpoint.total_seconds - 0.030).abs() < 1e-9);
+    // Not counted in the steps either side of it.
+    let step = report.row("step").unwrap();
+    assert!(step.total_seconds < report.wall_seconds - 0.029, "{step:?}");
+    assert!(report.table().contains("checkpoint"));
+    let spans = timer.spans();
+    assert!(
+        spans
+            .iter()
+            .any(|span| span.action == Action::Checkpoint && span.step == 1)
+    );
+}
+
+#[test]
 fn cheap_mode_estimates_the_split_from_accurate_steps() {
     let timer = PhaseTimer::new(Clock::start(), TimingMode::Cheap { every: 2 });
     assert_eq!(timer.timing(1), Timing::Step);

@@ -12,13 +12,14 @@ use crate::phase::{Action, Span};
 
 /// Every action that can have a row, top to bottom, with its colour. Waiting is warm, compute
 /// is cool.
-const PALETTE: [(Action, RGBColor); 7] = [
+const PALETTE: [(Action, RGBColor); 8] = [
     (Action::DataWait, RGBColor(230, 85, 13)),
     (Action::HostToDevice, RGBColor(156, 102, 204)),
     (Action::Forward, RGBColor(49, 130, 189)),
     (Action::Backward, RGBColor(49, 163, 84)),
     (Action::Optimizer, RGBColor(23, 190, 207)),
     (Action::Validation, RGBColor(188, 189, 34)),
+    (Action::Checkpoint, RGBColor(140, 86, 75)),
     (Action::Other, RGBColor(150, 150, 150)),
 ];
 /// Behind the rows, every other whole step is shaded so step boundaries show.
