@@ -130,6 +130,12 @@ impl State {
             return;
         }
         self.first_step = Some((step, elapsed));
+        // The run began before the first event this timer saw (opening the data sends none):
+        // the wall time starts with it, so the first step is never more than all of it.
+        let run_start = now.saturating_sub(elapsed);
+        if let Some(first) = &mut self.first_event {
+            *first = (*first).min(run_start);
+        }
         if let Some((opened, before)) = self.before_open.take()
             && opened == step
         {

@@ -94,6 +94,25 @@ fn checkpoints_between_steps_have_a_row_of_their_own() {
 }
 
 #[test]
+fn the_wall_time_starts_with_the_run_not_its_first_event() {
+    let clock = Clock::start();
+    let timer = PhaseTimer::new(clock, TimingMode::Accurate);
+    // `fit` opens its data (no events) for 40 ms, then runs its first step.
+    std::thread::sleep(ms(40));
+    run_step(&timer, 1, &PHASES, true);
+    timer.on_event(&Event::FirstStep {
+        step: 1,
+        elapsed: clock.now(),
+    });
+    run_step(&timer, 2, &PHASES, true);
+    let report = timer.report();
+    let first = report.row("first_step").unwrap();
+    assert!(first.total_seconds >= 0.040);
+    assert!(first.percent <= 100.0, "{first:?}");
+    assert!(report.wall_seconds >= first.total_seconds, "{report:?}");
+}
+
+#[test]
 fn cheap_mode_estimates_the_split_from_accurate_steps() {
     let timer = PhaseTimer::new(Clock::start(), TimingMode::Cheap { every: 2 });
     assert_eq!(timer.timing(1), Timing::Step);
