@@ -268,9 +268,12 @@ impl Layout {
         Ok(layout)
     }
 
-    /// Copies any layout into an owned value, checking it.
+    /// Copies any layout into an owned value, checking it (files without blocks at the end
+    /// still count, as in the layout copied).
     pub fn from_layout(layout: &(impl BlockLayout + ?Sized)) -> Result<Self> {
-        Self::new(layout.blocks().to_vec(), layout.fingerprint())
+        let mut copy = Self::new(layout.blocks().to_vec(), layout.fingerprint())?;
+        copy.files = copy.files.max(layout.num_files());
+        Ok(copy)
     }
 
     /// Starts a layout built file by file; the fingerprint is derived from what is added.
@@ -345,6 +348,15 @@ mod tests {
             builder.add_file(Fingerprint::builder().u64(index as u64).finish(), rows);
         }
         builder.build().unwrap()
+    }
+
+    #[test]
+    fn a_copy_keeps_files_without_blocks_at_the_end() {
+        let original = layout(&[&[3], &[]]);
+        assert_eq!(original.num_files(), 2);
+        let copy = Layout::from_layout(&original).unwrap();
+        assert_eq!(copy.num_files(), 2);
+        assert_eq!(copy, original);
     }
 
     #[test]

@@ -351,7 +351,12 @@ impl Plan {
             return self.skip_batches_to(position);
         }
         let world = u64::from(self.shard.world());
-        let global_batch = self.batch_size * world;
+        let global_batch = self.batch_size.checked_mul(world).ok_or_else(|| {
+            invalid(format!(
+                "the global batch ({} x {world} ranks) overflows u64",
+                self.batch_size
+            ))
+        })?;
         // Off a batch boundary the loader would cut every later batch differently from an
         // uninterrupted run, so such positions are refused, on one rank as on many.
         let local = if position.consumed.is_multiple_of(global_batch) {
@@ -466,6 +471,20 @@ mod tests {
         let mut builder = Layout::builder();
         builder.add_file(Fingerprint::of_bytes(b"file"), block_rows);
         builder.build().unwrap()
+    }
+
+    #[test]
+    fn a_global_batch_that_overflows_is_an_error_not_a_panic() {
+        let plan = Plan::new(
+            0,
+            crate::Shard::new(0, 2).unwrap(),
+            u64::MAX / 2 + 1,
+            vec![0],
+            &layout(&[1]),
+        )
+        .unwrap();
+        let error = plan.skip_to(crate::Position::start_of(0)).unwrap_err();
+        assert!(error.to_string().contains("overflows"), "{error}");
     }
 
     #[test]

@@ -77,18 +77,29 @@ pub enum GpuTuningError {
     BadLevel(String),
 }
 
+/// The level a `KILN_AUTOTUNE_LEVEL` value names: the default when it is unset or empty, an
+/// error when it names none (bytes that are not text included).
+fn autotune_level_from(
+    value: Result<String, std::env::VarError>,
+) -> Result<AutotuneLevel, GpuTuningError> {
+    match value {
+        Ok(text) if !text.trim().is_empty() => {
+            text.trim().parse().map_err(GpuTuningError::BadLevel)
+        }
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(AutotuneLevel::default()),
+        Err(std::env::VarError::NotUnicode(bytes)) => {
+            Err(GpuTuningError::BadLevel(format!("{bytes:?} is not text")))
+        }
+    }
+}
+
 impl GpuTuning {
     /// kiln's defaults: the cache root from the environment (see the module docs), CubeCL's
     /// default autotune level unless `KILN_AUTOTUNE_LEVEL` names one, and the kernel log on.
     /// Fails with [`GpuTuningError::BadLevel`] when `KILN_AUTOTUNE_LEVEL` names no level (an
     /// empty value is no setting, as an empty `KILN_CACHE_DIR` is).
     pub fn from_env() -> Result<Self, GpuTuningError> {
-        let autotune_level = match std::env::var("KILN_AUTOTUNE_LEVEL") {
-            Ok(text) if !text.trim().is_empty() => {
-                text.trim().parse().map_err(GpuTuningError::BadLevel)?
-            }
-            _ => AutotuneLevel::default(),
-        };
+        let autotune_level = autotune_level_from(std::env::var("KILN_AUTOTUNE_LEVEL"))?;
         Ok(Self {
             cache_dir: default_cache_root().join("cubecl"),
             autotune_level,
@@ -291,6 +302,22 @@ fn default_cache_root() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(unix)]
+    fn a_level_that_is_not_text_is_refused_like_any_unknown_one() {
+        use std::env::VarError;
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        let not_text = VarError::NotUnicode(OsString::from_vec(vec![0xff]));
+        assert!(matches!(
+            autotune_level_from(Err(not_text)),
+            Err(GpuTuningError::BadLevel(_))
+        ));
+        assert!(autotune_level_from(Err(VarError::NotPresent)).is_ok());
+        assert!(autotune_level_from(Ok("  ".to_owned())).is_ok());
+        assert!(autotune_level_from(Ok("sideways".to_owned())).is_err());
+    }
 
     #[test]
     fn settings_name_their_parts() {
