@@ -184,7 +184,10 @@ where
         let finite = loss.is_finite() && squared_scaled.is_none_or(f64::is_finite);
 
         if !finite {
-            if self.scaler.is_none() && self.config.detect_anomalies {
+            // Under f16-mixed, overflowing gradients are the loss scaler's signal; a non-finite
+            // loss is not (on one device it already stopped at its micro-batch; a replica
+            // checks the reduced loss here, with the others).
+            if self.config.detect_anomalies && (self.scaler.is_none() || !loss.is_finite()) {
                 return Err(Error::NonFiniteGradients {
                     step,
                     epoch: self.epoch,

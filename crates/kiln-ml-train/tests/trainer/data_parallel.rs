@@ -18,6 +18,7 @@ const STEPS: usize = 20;
 backend_tests!(
     two_replicas_follow_one_device_at_twice_the_batch,
     an_overflow_on_one_replica_skips_the_step_on_all,
+    a_non_finite_loss_under_anomaly_detection_stops_every_replica,
     a_failing_replica_stops_the_others,
     a_replica_with_an_empty_last_window_steps_with_the_others,
     a_replica_that_stops_early_fails_the_run,
@@ -146,38 +147,65 @@ fn two_replicas_follow_one_device_at_twice_the_batch<B: AutodiffBackend>(device:
     }
 }
 
+/// Four steps on two replicas under f16-mixed, rank 1's second batch overflowing the loss: each
+/// replica's counters and parameters.
+fn overflow_on_rank_1<B: AutodiffBackend>(
+    device: B::Device,
+    config: TrainerConfig,
+) -> Result<Vec<(kiln_ml_train::Counters, Vec<f32>)>, Error> {
+    DataParallel::local().run::<B, _, _>(vec![device; REPLICAS], |replica| {
+        let mut trainer = joined_trainer::<B>(&replica, config.clone(), 1);
+        let (inputs, mut targets) = rows(4 * ROWS_PER_REPLICA, 3 + u64::from(replica.rank()));
+        if replica.rank() == 1 {
+            // Overflows f16 in the loss of the second step on rank 1 only.
+            targets[ROWS_PER_REPLICA] = 1e30;
+        }
+        let batches: Vec<Batch<B>> = (0..4)
+            .map(|index| {
+                let rows = index * ROWS_PER_REPLICA..(index + 1) * ROWS_PER_REPLICA;
+                batch(
+                    &inputs[rows.start * INPUTS..rows.end * INPUTS],
+                    &targets[rows],
+                    replica.device(),
+                )
+            })
+            .collect();
+        let summary = trainer.fit(|position| plain(batches.clone(), position))?;
+        Ok((summary.counters, params(trainer.model())))
+    })
+}
+
 fn an_overflow_on_one_replica_skips_the_step_on_all<B: AutodiffBackend>(device: B::Device) {
     if Precision::F16Mixed.check_supported::<B>(&device).is_err() {
         return;
     }
     let config = config(Precision::F16Mixed).with_accumulation_steps(1);
-    let outcomes = DataParallel::local()
-        .run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
-            let mut trainer = joined_trainer::<B>(&replica, config.clone(), 1);
-            let (inputs, mut targets) = rows(4 * ROWS_PER_REPLICA, 3 + u64::from(replica.rank()));
-            if replica.rank() == 1 {
-                // Overflows f16 in the loss of the second step on rank 1 only.
-                targets[ROWS_PER_REPLICA] = 1e30;
-            }
-            let batches: Vec<Batch<B>> = (0..4)
-                .map(|index| {
-                    let rows = index * ROWS_PER_REPLICA..(index + 1) * ROWS_PER_REPLICA;
-                    batch(
-                        &inputs[rows.start * INPUTS..rows.end * INPUTS],
-                        &targets[rows],
-                        replica.device(),
-                    )
-                })
-                .collect();
-            let summary = trainer.fit(|position| plain(batches.clone(), position))?;
-            Ok((summary.counters, params(trainer.model())))
-        })
-        .unwrap();
+    let outcomes = overflow_on_rank_1::<B>(device, config).unwrap();
     for (counters, _) in &outcomes {
         assert_eq!(counters.optimizer_steps, 4);
         assert_eq!(counters.skipped_steps, 1, "{counters:?}");
     }
     assert_eq!(outcomes[0].1, outcomes[1].1);
+}
+
+/// With `detect_anomalies` a non-finite loss stops training under f16-mixed too (as on one
+/// device): every replica fails at that step, none skips it.
+fn a_non_finite_loss_under_anomaly_detection_stops_every_replica<B: AutodiffBackend>(
+    device: B::Device,
+) {
+    if Precision::F16Mixed.check_supported::<B>(&device).is_err() {
+        return;
+    }
+    let config = config(Precision::F16Mixed)
+        .with_accumulation_steps(1)
+        .with_detect_anomalies(true);
+    match overflow_on_rank_1::<B>(device, config) {
+        Err(Error::ReplicaFailed { message, .. }) => {
+            assert!(message.contains("non-finite"), "{message}");
+            assert!(message.contains("optimizer step 2"), "{message}");
+        }
+        other => panic!("expected a non-finite loss to stop the run, got {other:?}"),
+    }
 }
 
 fn a_failing_replica_stops_the_others<B: AutodiffBackend>(device: B::Device) {
