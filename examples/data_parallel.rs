@@ -25,7 +25,7 @@ use anyhow::ensure;
 use burn::optim::SgdConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Parser;
-use kiln_ml::backend::DevicesTask;
+use kiln_ml::backend::{DevicesTask, Selection};
 use kiln_ml::core::{Fingerprint, Layout, PlainBatches, PlanRequest, Sampler, Shard};
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, Sharding};
 use kiln_ml::train::{DataParallel, LossScalerConfig, Precision, TrainerConfig};
@@ -243,11 +243,14 @@ impl DevicesTask for Compare {
     }
 }
 
-/// The stated tolerance of each precision (docs/training.md): 1e-5 in f32; in mixed precision
-/// about the compute type's machine epsilon (f16 9.8e-4, bf16 7.8e-3), since each replica rounds
-/// its own half of the batch's activations.
-fn tolerance(precision: Precision) -> f64 {
+/// The stated tolerance of each precision (docs/training.md): 1e-5 in f32 (1e-3 on CUDA, whose
+/// f32 products round to TF32); in mixed precision about the compute type's machine epsilon
+/// (f16 9.8e-4, bf16 7.8e-3), since each replica rounds its own half of the batch's
+/// activations.
+fn tolerance(precision: Precision, selection: &Selection) -> f64 {
+    let cuda = selection.name().starts_with("cuda");
     match precision {
+        Precision::F32 if cuda => 1e-3,
         Precision::F32 => 1e-5,
         Precision::F16Mixed => 1e-3,
         Precision::Bf16Mixed => 1e-2,
@@ -272,7 +275,7 @@ fn main() -> anyhow::Result<()> {
         args.precision
     );
     let report = selection.run_on_devices(args.devices, Compare { args: args.clone() })??;
-    let target = tolerance(args.precision);
+    let target = tolerance(args.precision, &selection);
     println!(
         "max |parameter difference| after {} steps: {:.3e} (target <= {target:.0e}: {}); replicas agree bit for bit: {}",
         args.steps,

@@ -99,8 +99,9 @@ struct Args {
     /// medians.
     #[arg(long, default_value_t = 9, value_parser = at_least_one::<usize>)]
     repeats: usize,
-    /// Write the dataset here instead of a temporary directory (rewritten on each run; the
-    /// cache always goes to a temporary directory).
+    /// Write the dataset here instead of a temporary directory (rewritten on each run; it must
+    /// be empty or hold an earlier run's files, no more of them than --files; the cache always
+    /// goes to a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Cache segments of at least this many bytes are memory-mapped, smaller ones read (the

@@ -129,7 +129,7 @@ fn diagnose<B: AutodiffBackend>(
     device: B::Device,
 ) -> anyhow::Result<Diagnosis> {
     B::seed(&device, args.seed);
-    let model = regressor::regressor::<B>(pipeline.width, pipeline.depth, &device);
+    let model = regressor::regressor::<B>(pipeline.width, pipeline.depth, args.seed, &device);
     let mut trainer = TrainerConfig::new().with_seed(args.seed).init(
         model,
         AdamConfig::new().init(),

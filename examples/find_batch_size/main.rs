@@ -115,7 +115,7 @@ impl BackendTask for Find {
     fn run<B: AutodiffBackend>(self, device: B::Device) -> anyhow::Result<Outcome> {
         let args = &self.args;
         B::seed(&device, args.seed);
-        let model = regressor::<B>(args.width, args.depth, &device);
+        let model = regressor::<B>(args.width, args.depth, args.seed, &device);
         let trial = |model: Mlp<B>, batch: usize, steps: usize| -> anyhow::Result<()> {
             train_steps::<B>(model, batch, steps, &device)
         };
@@ -276,7 +276,7 @@ impl BackendTask for ChildTrial {
 
     fn run<B: AutodiffBackend>(self, device: B::Device) -> anyhow::Result<()> {
         B::seed(&device, self.args.seed);
-        let model = regressor::<B>(self.args.width, self.args.depth, &device);
+        let model = regressor::<B>(self.args.width, self.args.depth, self.args.seed, &device);
         serve_child_trial(Some(self.probe.as_ref()), |batch, steps| {
             train_steps::<B>(model.clone(), batch, steps, &device)
         });

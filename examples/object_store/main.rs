@@ -97,6 +97,12 @@ fn main() -> Result<()> {
     }
     let Some(url) = &args.url else {
         if args.write {
+            if let Some(json) = &args.output.json {
+                println!(
+                    "no --url: nothing was read, so no figures for {}",
+                    json.display()
+                );
+            }
             return Ok(());
         }
         bail!("nothing to do: give --url (and --dir), or --write");

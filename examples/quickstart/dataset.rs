@@ -53,13 +53,7 @@ pub fn write_split(
     let weights: Vec<f64> = (0..files)
         .map(|_| rng.random_range(0.0f64..2.0).exp())
         .collect();
-    let total: f64 = weights.iter().sum();
-    let mut sizes: Vec<u64> = weights
-        .iter()
-        .map(|w| ((w / total) * players as f64).floor().max(1.0) as u64)
-        .collect();
-    let assigned: u64 = sizes.iter().sum();
-    sizes[0] = (sizes[0] + players).saturating_sub(assigned).max(1);
+    let sizes = kiln_ml_examples::split_sizes::split_sizes(&weights, players);
 
     let properties = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)

@@ -62,7 +62,7 @@ struct Args {
     /// Median pulses per event (log-normal, σ = 1, clipped to 10-5,000).
     #[arg(long, default_value_t = 150.0)]
     median_pulses: f64,
-    /// Events per batch of the fixed-count plans.
+    /// Events per batch of the fixed-count plans (at least 2, at most --events).
     #[arg(long, default_value_t = 64, value_parser = at_least_one::<u64>)]
     batch_size: u64,
     /// Padded elements (`rows × longest` pulses) per length-aware batch at most (default: about
@@ -97,6 +97,14 @@ fn main() -> Result<()> {
     ensure!(
         args.batch_size > 0 && args.budget > 0 && args.repeats > 0,
         "--batch-size, --budget and --repeats must be at least 1"
+    );
+    // The mixing measures need two samples per batch and one whole batch: checked before the
+    // epochs run, not after them.
+    ensure!(
+        args.batch_size >= 2 && args.events >= args.batch_size,
+        "--batch-size must be at least 2 and at most --events ({}), got {}",
+        args.events,
+        args.batch_size
     );
     ensure!(
         (f64::from(*events::PULSES.start())..=f64::from(*events::PULSES.end()))

@@ -103,6 +103,15 @@ pub fn json_path(text: &str) -> Result<PathBuf, String> {
     if path.is_dir() {
         return Err(format!("{text} is a directory; give a file path"));
     }
+    // `out/` or `out/.` name a folder, not a file, even before it exists.
+    let names_folder = text.ends_with(std::path::is_separator)
+        || text
+            .strip_suffix('.')
+            .is_some_and(|rest| rest.is_empty() || rest.ends_with(std::path::is_separator))
+        || path.file_name().is_none();
+    if names_folder {
+        return Err(format!("{text} names a folder; give a file path"));
+    }
     if let Some(parent) = path
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
@@ -147,5 +156,15 @@ mod tests {
         assert!(error.contains("cannot make its folder"), "{error}");
         let error = json_path(dir.path().to_str().unwrap()).unwrap_err();
         assert!(error.contains("is a directory"), "{error}");
+        // A folder still to be made is no file either.
+        for folder in ["new/", "new/..", "new/."] {
+            let folder = format!("{}/{folder}", dir.path().display());
+            let error = json_path(&folder).unwrap_err();
+            assert!(
+                error.contains("folder") || error.contains("directory"),
+                "{error}"
+            );
+        }
+        assert!(!dir.path().join("new").exists());
     }
 }

@@ -71,7 +71,9 @@ pub fn forward_flops_per_sample(width: usize, depth: usize) -> f64 {
 }
 
 /// The model: `depth` hidden layers of `width` units (ReLU between), one output; weights drawn
-/// from a seeded host RNG, so every run starts from the same model.
-pub fn regressor<B: Backend>(width: usize, depth: usize, device: &B::Device) -> Mlp<B> {
-    MlpConfig::new(FEATURES, &vec![width; depth.max(1)], 1).init(device)
+/// from a host RNG seeded with `seed`, so runs with the same seed start from the same model.
+pub fn regressor<B: Backend>(width: usize, depth: usize, seed: u64, device: &B::Device) -> Mlp<B> {
+    MlpConfig::new(FEATURES, &vec![width; depth.max(1)], 1)
+        .with_seed(seed)
+        .init(device)
 }
