@@ -253,13 +253,25 @@ impl<B: Backend> BurnTrajectoryMetric<B> {
             format_float(running, 3),
             format_float(value, 3)
         );
-        let serialized = NumericEntry::Aggregated {
-            aggregated_value: value,
-            count: batch.count as usize,
-        }
-        .serialize();
-        SerializedEntry::new(formatted, serialized)
+        SerializedEntry::new(formatted, epoch_entry(batch.value(), batch.count))
     }
+}
+
+/// The serialized entry Burn averages over the epoch (`Σ value·count / Σ count`): a batch with
+/// nothing measured, or rejected, weighs nothing (a NaN there, even with count 0, would make
+/// the whole epoch's value NaN).
+fn epoch_entry(value: Option<f64>, count: u64) -> String {
+    let entry = match value {
+        Some(value) => NumericEntry::Aggregated {
+            aggregated_value: value,
+            count: count as usize,
+        },
+        None => NumericEntry::Aggregated {
+            aggregated_value: 0.0,
+            count: 0,
+        },
+    };
+    entry.serialize()
 }
 
 impl<B: Backend> Metric for BurnTrajectoryMetric<B> {
@@ -307,7 +319,7 @@ impl<B: Backend> Metric for BurnTrajectoryMetric<B> {
                 let formatted = format!("invalid batch: {error}");
                 self.batch = None;
                 self.last_error = Some(error);
-                SerializedEntry::new(formatted, NumericEntry::Value(f64::NAN).serialize())
+                SerializedEntry::new(formatted, epoch_entry(None, 0))
             }
         }
     }
@@ -421,6 +433,41 @@ mod tests {
         );
         assert!(metric.last_error().is_some());
         assert_eq!(metric.running_value().current(), 1.0);
+    }
+
+    /// Burn's epoch value: the mean of the serialized entries, weighted by their counts.
+    fn epoch_value(entries: &[SerializedEntry]) -> f64 {
+        let (sum, count) =
+            entries.iter().fold(
+                (0.0, 0),
+                |(sum, count), entry| match NumericEntry::deserialize(&entry.serialized).unwrap() {
+                    NumericEntry::Value(value) => (sum + value, count + 1),
+                    NumericEntry::Aggregated {
+                        aggregated_value,
+                        count: n,
+                    } => (sum + aggregated_value * n as f64, count + n),
+                },
+            );
+        sum / count as f64
+    }
+
+    #[test]
+    fn batches_without_a_value_leave_the_epoch_value_alone() {
+        let mut metric =
+            BurnTrajectoryMetric::<Flex>::new(MetricsConfig::argoverse2(), ReportedValue::MinFde)
+                .unwrap();
+        let measured = metric.update(&input(1.0), &metadata());
+        let rejected = metric.update(&input(f32::NAN), &metadata());
+        // An agent without one valid step: nothing measured.
+        let nothing = input(5.0);
+        let device = Default::default();
+        let invalid = Tensor::<Flex, 2, burn::tensor::Bool>::from_data(
+            TensorData::from([[false, false]]),
+            &device,
+        );
+        let nothing = TrajectoryMetricInput::new(nothing.batch.with_valid(invalid).unwrap());
+        let empty = metric.update(&nothing, &metadata());
+        assert_eq!(epoch_value(&[measured, rejected, empty]), 1.0);
     }
 
     fn metadata_at(batch: usize) -> MetricMetadata {

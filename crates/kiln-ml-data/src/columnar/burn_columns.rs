@@ -223,4 +223,28 @@ mod tests {
         assert_eq!(int_vector(&batch, "n").unwrap(), [1, 2]);
         assert!(int_vector(&batch, "x").is_err());
     }
+
+    #[test]
+    fn a_null_in_a_fixed_size_list_names_its_row() {
+        let mut list = FixedSizeListBuilder::new(Float32Builder::new(), 2);
+        for row in 0..3 {
+            list.values().append_value(row as f32);
+            if row == 2 {
+                list.values().append_null();
+            } else {
+                list.values().append_value(0.5);
+            }
+            list.append(true);
+        }
+        list.values().append_value(0.0);
+        list.values().append_value(0.0);
+        list.append(false);
+        let batch = RecordBatch::try_from_iter([("e", Arc::new(list.finish()) as _)]).unwrap();
+        let error = float_matrix(&batch.slice(0, 3), &["e"]).unwrap_err();
+        assert_eq!((error.column(), error.row()), (Some("e"), Some(2)));
+        assert!(error.reason().contains("null value"), "{error}");
+        let error = float_matrix(&batch.slice(3, 1), &["e"]).unwrap_err();
+        assert_eq!(error.row(), Some(0));
+        assert!(error.reason().contains("null element"), "{error}");
+    }
 }

@@ -12,7 +12,9 @@ use crate::DecodeError;
 
 /// The floats of elements `elements` of `array`, and the floats per element. Fails naming
 /// `column` for another type, a width of 0, or a null element or value among those elements
-/// (nulls outside them, in a sliced batch's shared buffers, do not count).
+/// (nulls outside them, in a sliced batch's shared buffers, do not count); a null's error names
+/// as its row the element's index counted from `elements.start` (a caller whose elements are
+/// not rows maps it to one).
 pub(crate) fn float_elements<'a>(
     array: &'a dyn Array,
     elements: Range<usize>,
@@ -22,8 +24,8 @@ pub(crate) fn float_elements<'a>(
     let count = elements.len();
     match array.data_type() {
         DataType::Float32 => {
-            if has_null(array, elements.start, count) {
-                return Err(named("holds a null value"));
+            if let Some(element) = first_null(array, elements.start, count) {
+                return Err(named("holds a null value").at_row(element as u64));
             }
             Ok((&array.as_primitive::<Float32Type>().values()[elements], 1))
         }
@@ -33,14 +35,13 @@ pub(crate) fn float_elements<'a>(
                 return Err(named("holds fixed-size lists of width 0"));
             }
             let list = array.as_fixed_size_list();
-            // Element nulls have no batch row to name (`reject_nulls` would give an element's).
-            if has_null(list, elements.start, count) {
-                return Err(named("holds a null element"));
+            if let Some(element) = first_null(list, elements.start, count) {
+                return Err(named("holds a null element").at_row(element as u64));
             }
             let start = (list.offset() + elements.start) * width;
             let floats = list.values();
-            if has_null(floats.as_ref(), start, count * width) {
-                return Err(named("holds a null value"));
+            if let Some(value) = first_null(floats.as_ref(), start, count * width) {
+                return Err(named("holds a null value").at_row((value / width) as u64));
             }
             let values = floats.as_primitive::<Float32Type>().values();
             Ok((&values[start..start + count * width], width))
@@ -49,10 +50,13 @@ pub(crate) fn float_elements<'a>(
     }
 }
 
-/// Whether `len` values of `array` from `offset` hold a null: counted on its null bitmap, not on
-/// a sliced copy of the array (this runs for every column of every batch).
-fn has_null(array: &dyn Array, offset: usize, len: usize) -> bool {
-    array
-        .nulls()
-        .is_some_and(|nulls| nulls.slice(offset, len).null_count() > 0)
+/// The first null among `len` values of `array` from `offset`, counted from `offset`: the null
+/// bitmap is counted first, not a sliced copy of the array (this runs for every column of every
+/// batch), and searched only when it holds one.
+fn first_null(array: &dyn Array, offset: usize, len: usize) -> Option<usize> {
+    let nulls = array.nulls()?.slice(offset, len);
+    if nulls.null_count() == 0 {
+        return None;
+    }
+    nulls.iter().position(|valid| !valid)
 }

@@ -230,7 +230,19 @@ fn list_samples<'a>(
     // A sliced list keeps its whole child: only the elements its rows own are read and checked.
     let offsets = list.offsets();
     let (first, last) = (offsets[0] as usize, offsets[offsets.len() - 1] as usize);
-    let (values, width) = float_elements(list.values().as_ref(), first..last, column)?;
+    let (values, width) =
+        float_elements(list.values().as_ref(), first..last, column).map_err(|error| {
+            // The error names the element's index among the rows' elements: the row owning
+            // it is the last whose first element is at or before it.
+            match error.row() {
+                Some(element) => {
+                    let element = first + element as usize;
+                    let row = offsets[1..].partition_point(|&end| end as usize <= element);
+                    error.at_row(row as u64)
+                }
+                None => error,
+            }
+        })?;
     let samples = offsets
         .windows(2)
         .map(|bounds| {
@@ -342,11 +354,19 @@ mod tests {
         let error = packed_list(&batch, "id").unwrap_err();
         assert_eq!(error.column(), Some("id"));
         assert!(packed_list(&batch, "nope").unwrap_err().column() == Some("nope"));
-        let with_null_value =
-            ListArray::from_iter_primitive::<Float32Type, _, _>(vec![Some(vec![Some(1.0), None])]);
+        // A null value inside a list names the row owning it (past an empty row).
+        let with_null_value = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(1.0)]),
+            Some(vec![]),
+            Some(vec![Some(2.0), None]),
+        ]);
         let batch = RecordBatch::try_from_iter([("hits", Arc::new(with_null_value) as _)]).unwrap();
         let error = padded_list(&batch, "hits", 0.0).unwrap_err();
         assert!(error.to_string().contains("null"), "{error}");
+        assert_eq!((error.column(), error.row()), (Some("hits"), Some(2)));
+        // The same in a slice: rows count from the slice's first.
+        let error = packed_list(&batch.slice(1, 2), "hits").unwrap_err();
+        assert_eq!(error.row(), Some(1));
     }
 
     #[test]

@@ -92,6 +92,8 @@ fn percent_decode(text: &str) -> String {
     while at < bytes.len() {
         let escaped = bytes
             .get(at + 1..at + 3)
+            // Exactly two hex digits (`from_str_radix` alone also takes `+1`).
+            .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
             .and_then(|hex| std::str::from_utf8(hex).ok())
             .and_then(|hex| u8::from_str_radix(hex, 16).ok());
         match (bytes[at], escaped) {
@@ -139,6 +141,8 @@ mod tests {
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("100%zz"), "100%zz");
         assert_eq!(percent_decode("%ff"), "%ff");
+        assert_eq!(percent_decode("a%+1b"), "a%+1b");
+        assert_eq!(percent_decode("%+f"), "%+f");
         assert_eq!(percent_decode("a%20b"), "a b");
     }
 }

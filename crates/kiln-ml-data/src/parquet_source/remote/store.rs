@@ -175,7 +175,8 @@ fn finish<S: ObjectStore>(
         .map_err(|error| format!("cannot open the store: {error}"))
 }
 
-#[cfg(all(test, feature = "s3"))]
+#[cfg(test)]
+#[cfg(feature = "s3")]
 mod tests {
     use std::sync::mpsc;
 
