@@ -124,18 +124,19 @@ pub(crate) fn horizon_errors<B: Backend>(
     }
 
     let miss = match (config.miss, max) {
-        (MissRule::FinalDistance { threshold_m }, _) => {
-            fde.clone().greater_elem(threshold_m as f32).float()
-        }
+        (MissRule::FinalDistance { threshold_m }, _) => fde
+            .clone()
+            .greater_elem(f32_at_or_below(threshold_m))
+            .float(),
         (
             MissRule::MaxDistance {
                 threshold_m,
                 inclusive: true,
             },
             Some(max),
-        ) => max.greater_equal_elem(threshold_m as f32).float(),
+        ) => max.greater_equal_elem(f32_at_or_above(threshold_m)).float(),
         (MissRule::MaxDistance { threshold_m, .. }, Some(max)) => {
-            max.greater_elem(threshold_m as f32).float()
+            max.greater_elem(f32_at_or_below(threshold_m)).float()
         }
         (MissRule::LateralLongitudinal { speed_scaling: s }, _) => {
             // Motion inputs and the box are checked before any tensor work.
@@ -205,5 +206,29 @@ fn group<B: Backend>(agents_per_prediction: usize, errors: DeviceErrors<B>) -> D
             .reshape([units, k]),
         has_path: flags(errors.has_path),
         has_final: flags(errors.has_final),
+    }
+}
+
+/// The largest `f32` at or below `threshold`: for an `f32` distance `d`, `d > threshold` (the
+/// host's comparison, in `f64`) exactly when `d` is above it. `threshold as f32` rounds to the
+/// nearest, which may be above (9.01 becomes 9.0100002), and a distance equal to that would
+/// miss on the host but not here.
+fn f32_at_or_below(threshold: f64) -> f32 {
+    let rounded = threshold as f32;
+    if f64::from(rounded) > threshold {
+        rounded.next_down()
+    } else {
+        rounded
+    }
+}
+
+/// The smallest `f32` at or above `threshold`: `d >= threshold` exactly when `d` is at or above
+/// it.
+fn f32_at_or_above(threshold: f64) -> f32 {
+    let rounded = threshold as f32;
+    if f64::from(rounded) < threshold {
+        rounded.next_up()
+    } else {
+        rounded
     }
 }

@@ -315,6 +315,46 @@ fn non_finite_values_are_named_on_both_paths_and_leave_the_state_unchanged() {
 }
 
 #[test]
+fn a_sum_within_the_tolerance_in_f64_passes_on_both_paths() {
+    // 0.5 + (0.5 + 167·2⁻²⁴) is 1 + 9.95e-6 in f64 (within 1e-5), but rounds to
+    // 1 + 84·2⁻²³ = 1 + 1.0014e-5 in f32.
+    let nudged = 0.5 + 167.0 * 2f32.powi(-24);
+    let case = three_agents().with_probabilities(&[0.5, 0.5, 0.5, nudged, 0.5, 0.5]);
+    let config = MetricsConfig::argoverse2();
+    assert!(case.host(&config).is_ok());
+    case.both(&config);
+}
+
+#[test]
+fn distance_thresholds_not_exact_in_f32_miss_alike_on_both_paths() {
+    use kiln_ml_metrics::MissRule;
+    // Distances equal to the f32 nearest the threshold: above 9.01 (a miss under `>`), below
+    // 2.1 (a hit under `>=`).
+    for (threshold_m, inclusive, distance, missed) in [
+        (9.01, None, 9.01f32, 1.0),
+        (2.1, Some(true), 2.1f32, 0.0),
+        (2.1, Some(false), 2.1f32, 0.0),
+    ] {
+        let case = Case::from_points(&[vec![vec![[distance, 0.0]]]], &[vec![[0.0, 0.0]]]);
+        let mut config = MetricsConfig::argoverse2();
+        config.top_k = vec![1];
+        config.miss = match inclusive {
+            None => MissRule::FinalDistance { threshold_m },
+            Some(inclusive) => MissRule::MaxDistance {
+                threshold_m,
+                inclusive,
+            },
+        };
+        let report = case.both(&config);
+        assert_eq!(
+            report.at(1).unwrap().miss_rate,
+            Some(missed),
+            "{threshold_m} {inclusive:?}"
+        );
+    }
+}
+
+#[test]
 fn probability_policy_errors_are_named_on_both_paths() {
     let config = MetricsConfig::argoverse2();
     let case = three_agents().with_probabilities(&[0.5, 0.5, 0.5, 0.5, 0.7, 0.2]);
