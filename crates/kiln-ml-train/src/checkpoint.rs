@@ -251,6 +251,9 @@ where
         self.check_data_key = state.data_key.is_some();
         self.last_loss = state.last_loss.map(LastLoss::Read);
         self.window = Default::default();
+        // What this trainer wrote belongs to the trajectory it leaves: a later step of the
+        // loaded one is written again, not taken as already on disk.
+        self.last_scheduled_checkpoint = None;
         // Mid-epoch or not, this trainer's observers have not heard the epoch start: the next
         // batch announces it (loggers and the profiler tag what follows by it).
         self.epoch_started = false;

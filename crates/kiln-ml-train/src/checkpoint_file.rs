@@ -149,12 +149,15 @@ pub(crate) fn file_name(step: u64) -> String {
     format!("step-{step:012}.kiln")
 }
 
-/// The optimizer step of a checkpoint file name written by this crate.
+/// The optimizer step of a checkpoint file name written by this crate: exactly the name
+/// [`file_name`] gives (a hand-saved `step-5.kiln` is not one, so rotation leaves it alone).
 fn step_of(name: &str) -> Option<u64> {
-    name.strip_prefix("step-")?
+    let step = name
+        .strip_prefix("step-")?
         .strip_suffix(".kiln")?
         .parse()
-        .ok()
+        .ok()?;
+    (file_name(step) == name).then_some(step)
 }
 
 /// The checkpoint files in `directory`, oldest first.
@@ -195,6 +198,22 @@ pub fn latest_checkpoint(directory: &Path) -> Result<Option<PathBuf>> {
     Ok(list_checkpoints(directory)?.pop())
 }
 
+/// `path` with `suffix` added, then `.1`, `.2`... until the name is free: an earlier rollback's
+/// abandoned checkpoint of the same step is kept, not overwritten.
+fn free_name(path: &Path, suffix: &str) -> PathBuf {
+    let mut base = path.as_os_str().to_owned();
+    base.push(suffix);
+    let mut candidate = PathBuf::from(&base);
+    let mut serial = 0u32;
+    while candidate.exists() {
+        serial += 1;
+        let mut next = base.clone();
+        next.push(format!(".{serial}"));
+        candidate = PathBuf::from(next);
+    }
+    candidate
+}
+
 /// After the checkpoint of step `written` was written into `directory`: deletes all but the
 /// newest `keep` checkpoints up to that step, and sets aside those of later steps.
 ///
@@ -209,9 +228,7 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
         .partition(|(step, _)| *step <= written);
     let mut set_aside = Vec::with_capacity(later.len());
     for (_, path) in later {
-        let mut abandoned = path.clone().into_os_string();
-        abandoned.push(".abandoned");
-        let abandoned = PathBuf::from(abandoned);
+        let abandoned = free_name(&path, ".abandoned");
         std::fs::rename(&path, &abandoned).map_err(|source| Error::CheckpointIo {
             path: path.clone(),
             action: "set aside a later step's checkpoint",
@@ -330,6 +347,37 @@ mod tests {
                 .unwrap()
                 .unwrap()
                 .ends_with(file_name(110))
+        );
+        // A second rollback past step 200 keeps the first one's abandoned file too.
+        write_sections(&dir.path().join(file_name(200)), &[("s", b"y")]).unwrap();
+        let again = prune(dir.path(), 1, 110).unwrap();
+        assert!(again[0].ends_with(format!("{}.abandoned.1", file_name(200))));
+        assert!(
+            dir.path()
+                .join(format!("{}.abandoned", file_name(200)))
+                .exists()
+        );
+    }
+
+    #[test]
+    fn only_names_this_crate_writes_are_checkpoints() {
+        assert_eq!(step_of(&file_name(5)), Some(5));
+        for foreign in [
+            "step-5.kiln",
+            "step-+00000000005.kiln",
+            "step-00000000005.kiln",
+        ] {
+            assert_eq!(step_of(foreign), None, "{foreign}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        write_sections(&dir.path().join(file_name(9)), &[("s", b"x")]).unwrap();
+        std::fs::write(dir.path().join("step-5.kiln"), b"mine").unwrap();
+        std::fs::write(dir.path().join("step-50.kiln"), b"mine").unwrap();
+        prune(dir.path(), 0, 9).unwrap();
+        assert!(dir.path().join("step-5.kiln").exists());
+        assert!(
+            dir.path().join("step-50.kiln").exists(),
+            "not set aside as a later step"
         );
     }
 }

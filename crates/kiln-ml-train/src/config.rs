@@ -305,18 +305,21 @@ impl TrainerConfig {
                 return bad(field, "Some(0)".to_owned(), "must be None or >= 1");
             }
         }
-        if self.precision.needs_loss_scaling() {
-            self.loss_scaler.validate()?;
-        }
+        // Checked under every precision: the checkpoint saves it, and a value JSON cannot hold
+        // (an infinite scale) would make that checkpoint unreadable.
+        self.loss_scaler.validate()?;
         if let Some(clipping) = &self.clipping {
             clipping.validate()?;
         }
         let notice = self.first_step_notice_seconds;
-        if !(notice.is_finite() && notice >= 0.0) {
+        if !(notice.is_finite() && notice >= 0.0)
+            || std::time::Duration::try_from_secs_f64(notice).is_err()
+        {
             return bad(
                 "first_step_notice_seconds",
                 notice.to_string(),
-                "must be a finite number of seconds >= 0 (0 turns the notice off)",
+                "must be a finite number of seconds >= 0 (0 turns the notice off) that a \
+                 Duration holds",
             );
         }
         let warning = &self.skip_warning;
@@ -357,6 +360,25 @@ impl TrainerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_that_fail_later_are_refused_up_front() {
+        // A notice no Duration holds would panic when `fit` starts.
+        let error = TrainerConfig::new()
+            .with_first_step_notice_seconds(1e20)
+            .validate()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("first_step_notice_seconds"),
+            "{error}"
+        );
+        // A scaler setting JSON cannot hold would make every checkpoint unreadable, in f32 too.
+        let config = TrainerConfig::new().with_loss_scaler(crate::LossScalerConfig {
+            init_scale: f32::INFINITY,
+            ..Default::default()
+        });
+        assert!(config.validate().is_err());
+    }
 
     #[test]
     fn defaults_are_valid_and_round_trip() {

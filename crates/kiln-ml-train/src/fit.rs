@@ -103,10 +103,23 @@ where
             if reached_max_steps {
                 break;
             }
-            // The flushed last window may be the fit's first step.
-            if self.end_epoch()?.is_some() {
+            // The flushed last window may be the fit's first step, and a step the checkpoint
+            // schedule names: written before the epoch closes, so a resume from it still runs
+            // the epoch's end (validation, callbacks). With epoch-end checkpoints on, the one
+            // after the callbacks holds the same step.
+            self.start_epoch();
+            if self.finish_window()?.is_some() {
                 self.note_first_step()?;
+                if !self
+                    .config
+                    .checkpoint
+                    .as_ref()
+                    .is_some_and(|checkpoint| checkpoint.at_epoch_end)
+                {
+                    self.checkpoint_if_due(false)?;
+                }
             }
+            self.close_epoch();
             summary.steps = self.counters.optimizer_steps - steps_before;
             summary.elapsed = started.elapsed();
             // After the callback, so what it draws from the host RNG is in the checkpoint.
@@ -124,6 +137,8 @@ where
                 break;
             }
         }
+        // The last epoch may have ended on the step `max_steps` names.
+        reached_max_steps |= self.max_steps_reached();
         // A run that trained up to `max_steps` ends with its state on disk, whatever the
         // schedule (as Lightning's checkpoint callback saves when training stops), unless that
         // step's checkpoint is already there.
@@ -237,7 +252,11 @@ where
                 return Ok(false);
             }
             if self.window.is_empty() && self.max_steps_reached() {
-                return Ok(true);
+                // On the epoch's last batch the epoch still ends (its validation, callbacks
+                // and checkpoint run, as Lightning's do): a look at the data tells. A batch it
+                // finds is not trained on, and the position stays before it.
+                let exhausted = batches.next().is_none();
+                return Ok(!exhausted);
             }
             let step = self.counters.optimizer_steps + 1;
             let started = self.observers.start(Phase::DataWait, step);

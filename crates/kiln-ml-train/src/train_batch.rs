@@ -179,6 +179,13 @@ where
     pub fn end_epoch(&mut self) -> Result<Option<StepReport>> {
         self.start_epoch();
         let flushed = self.finish_window()?;
+        self.close_epoch();
+        Ok(flushed)
+    }
+
+    /// The rest of [`end_epoch`](Self::end_epoch) once the window is flushed: emits
+    /// [`Event::EpochEnd`] and moves the epoch and the position to the next one.
+    pub(crate) fn close_epoch(&mut self) {
         self.observers.emit(&Event::EpochEnd {
             epoch: self.epoch,
             steps: self.counters.epoch_steps,
@@ -190,6 +197,5 @@ where
         self.counters.epoch_batches = 0;
         self.counters.epoch_samples = 0;
         self.epoch_started = false;
-        Ok(flushed)
     }
 }

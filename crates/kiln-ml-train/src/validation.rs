@@ -84,23 +84,29 @@ where
             self.counters.optimizer_steps,
             &self.device,
         )?;
-        let mut count = 0;
-        for (index, batch) in (0..limit).zip(batches) {
-            let output = model.step(batch, &self.autocast);
-            metric
-                .update(output.borrow())
-                .map_err(|error| Error::Metric {
-                    batch: index,
-                    source: Box::new(error),
-                })?;
-            count = index + 1;
-        }
-        // A metric measured on the device reads the whole pass back here, once.
-        metric.flush().map_err(|error| Error::MetricFlush {
-            batches: count,
-            source: Box::new(error),
-        })?;
-        self.observers.end::<B>(started, &self.device)?;
+        let pass = || -> Result<()> {
+            let mut count = 0;
+            for (index, batch) in (0..limit).zip(batches) {
+                let output = model.step(batch, &self.autocast);
+                metric
+                    .update(output.borrow())
+                    .map_err(|error| Error::Metric {
+                        batch: index,
+                        source: Box::new(error),
+                    })?;
+                count = index + 1;
+            }
+            // A metric measured on the device reads the whole pass back here, once.
+            metric.flush().map_err(|error| Error::MetricFlush {
+                batches: count,
+                source: Box::new(error),
+            })
+        };
+        let passed = pass();
+        // The phase ends whatever the pass returned: observers never see it left open.
+        let ended = self.observers.end::<B>(started, &self.device);
+        passed?;
+        ended?;
         Ok(metric.compute())
     }
 }

@@ -12,9 +12,9 @@ use crate::{Error, Result};
 
 /// Writes `DIR/metrics.csv`: a header (`epoch,step,elapsed_s` and every scalar name seen, in
 /// order) and a row per logged step or epoch, empty where a row lacks a scalar. The file is
-/// rewritten atomically at each epoch's end, after logged metrics and by
-/// [`finish`](Self::finish), so it is always whole (Lightning's `CSVLogger` rewrites it too
-/// when new names appear).
+/// rewritten atomically at each epoch's end, after logged metrics, by [`finish`](Self::finish)
+/// and when the logger is dropped with rows not yet written (a failed run keeps them), so it is
+/// always whole (Lightning's `CSVLogger` rewrites it too when new names appear).
 ///
 /// ```no_run
 /// use kiln_ml_train::CsvLogger;
@@ -35,6 +35,8 @@ struct State {
     rows: LogRows,
     table: Vec<LogRow>,
     columns: BTreeSet<String>,
+    /// Rows of `table` in the file as last written.
+    written: usize,
     error: Option<Error>,
 }
 
@@ -54,6 +56,7 @@ impl CsvLogger {
                 rows: LogRows::new(every_steps),
                 table: Vec::new(),
                 columns: BTreeSet::new(),
+                written: 0,
                 error: None,
             }),
         })
@@ -87,7 +90,7 @@ impl State {
         self.table.push(row);
     }
 
-    fn write(&self, path: &Path) -> Result<()> {
+    fn write(&mut self, path: &Path) -> Result<()> {
         let mut text = String::from("epoch,step,elapsed_s");
         for column in &self.columns {
             text.push(',');
@@ -113,7 +116,29 @@ impl State {
                 path: error.path,
                 action: error.action,
                 source: error.source,
-            })
+            })?;
+        self.written = self.table.len();
+        Ok(())
+    }
+}
+
+/// A run that ended without [`finish`](CsvLogger::finish) (an error, a panic) keeps the rows
+/// it logged.
+impl Drop for CsvLogger {
+    fn drop(&mut self) {
+        let state = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(row) = state.rows.flush() {
+            state.add(row);
+        }
+        if state.error.is_none()
+            && state.table.len() > state.written
+            && let Err(error) = state.write(&self.path)
+        {
+            eprintln!("warning: {error}; the CSV log's last rows are lost");
+        }
     }
 }
 

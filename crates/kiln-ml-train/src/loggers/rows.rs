@@ -16,8 +16,9 @@ pub struct LogRow {
     /// Seconds since the logger started.
     pub elapsed_seconds: f64,
     /// Scalars by name: `train/loss`, `train/lr`, `train/loss_scale`, `train/grad_norm`,
-    /// `train/samples_per_second`, `time/PHASE_ms` (mean per step over the row's steps),
-    /// and whatever was logged with `Trainer::log_metric` (`valid/min_ade`).
+    /// `train/samples_per_second`, `time/PHASE_ms` (the phase's time per optimizer step over
+    /// the row's steps, all its micro-batches together; `time/validation_ms` per validation
+    /// pass), and whatever was logged with `Trainer::log_metric` (`valid/min_ade`).
     pub values: BTreeMap<String, f64>,
 }
 
@@ -34,6 +35,8 @@ pub struct LogRows {
     samples: u64,
     window_started: Instant,
     phase_totals: BTreeMap<&'static str, (f64, u64)>,
+    /// Optimizer steps since the last training row.
+    steps_in_window: u64,
     /// Metrics waiting for the next row boundary, with their step.
     pending_metrics: Option<LogRow>,
 }
@@ -50,6 +53,7 @@ impl LogRows {
             samples: 0,
             window_started: now,
             phase_totals: BTreeMap::new(),
+            steps_in_window: 0,
             pending_metrics: None,
         }
     }
@@ -72,6 +76,7 @@ impl LogRows {
                 total.1 += 1;
             }
             Event::Step(report) => {
+                self.steps_in_window += 1;
                 if let Some(loss) = report.loss {
                     self.loss = Some(loss);
                 }
@@ -131,8 +136,16 @@ impl LogRows {
                 self.samples as f64 / seconds,
             );
         }
-        for (phase, (total_ms, count)) in std::mem::take(&mut self.phase_totals) {
-            values.insert(format!("time/{phase}_ms"), total_ms / count as f64);
+        let steps = std::mem::take(&mut self.steps_in_window).max(1);
+        for (phase, (total_ms, passes)) in std::mem::take(&mut self.phase_totals) {
+            // A step's phases run once per micro-batch: their time per step is their sum over
+            // the step. Validation runs between steps: per pass.
+            let per = if phase == kiln_ml_core::Phase::Validation.name() {
+                passes
+            } else {
+                steps
+            };
+            values.insert(format!("time/{phase}_ms"), total_ms / per as f64);
         }
         self.samples = 0;
         self.window_started = Instant::now();
@@ -142,5 +155,44 @@ impl LogRows {
             elapsed_seconds: self.started.elapsed().as_secs_f64(),
             values,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kiln_ml_core::{Phase, StepOutcome, StepReport};
+
+    use super::*;
+
+    fn end(phase: Phase, millis: u64) -> Event {
+        Event::PhaseEnd {
+            phase,
+            step: 1,
+            elapsed: Duration::from_millis(millis),
+            sync: None,
+        }
+    }
+
+    #[test]
+    fn phase_times_are_per_step_with_every_micro_batch_in_it() {
+        let mut rows = LogRows::new(1);
+        // One step of four micro-batches, forward 1 ms each; one validation pass of 8 ms.
+        for _ in 0..4 {
+            rows.on_event(&end(Phase::Forward, 1));
+        }
+        rows.on_event(&end(Phase::Validation, 8));
+        let step = Event::Step(StepReport {
+            step: 1,
+            outcome: StepOutcome::Applied,
+            loss: None,
+            loss_scale: None,
+            grad_norm: None,
+            learning_rate: 0.1,
+        });
+        let row = rows.on_event(&step).pop().unwrap();
+        assert_eq!(row.values["time/forward_ms"], 4.0);
+        assert_eq!(row.values["time/validation_ms"], 8.0);
     }
 }

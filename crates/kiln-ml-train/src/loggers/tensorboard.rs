@@ -12,11 +12,13 @@ use super::rows::{LogRow, LogRows};
 use super::tfrecord::{file_version_event, record, scalars_event};
 use crate::{Error, Result};
 
-/// Writes a TensorBoard event file (`DIR/events.out.tfevents.SECONDS.kiln`) with the scalars
+/// Writes a TensorBoard event file (`DIR/events.out.tfevents.SECONDS.kiln.PID.N`, N counting
+/// this process's loggers, so two never share a file) with the scalars
 /// of [`LogRows`]: `train/loss`, `train/lr`, throughput, phase times every N steps, and the
 /// metrics logged with `Trainer::log_metric` (`valid/min_ade`). Open `DIR` with
 /// `tensorboard --logdir`. Records are appended and flushed at each epoch's end and by
-/// [`finish`](Self::finish); [`read_scalars`](crate::read_scalars) reads them back.
+/// [`finish`](Self::finish), and when the logger is dropped (a failed run keeps its rows);
+/// [`read_scalars`](crate::read_scalars) reads them back.
 ///
 /// ```no_run
 /// use kiln_ml_train::TensorBoardLogger;
@@ -60,8 +62,17 @@ impl TensorBoardLogger {
         };
         std::fs::create_dir_all(directory).map_err(io(directory, "create directory"))?;
         let started = now();
-        let path = directory.join(format!("events.out.tfevents.{}.kiln", started as u64));
-        let mut file = BufWriter::new(File::create(&path).map_err(io(&path, "create"))?);
+        // Unique per process and logger, like TensorFlow's own names: two loggers started in the
+        // same second (ranks, a range test then the run) would otherwise share one file.
+        static CREATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let serial = CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = directory.join(format!(
+            "events.out.tfevents.{}.kiln.{}.{serial}",
+            started as u64,
+            std::process::id()
+        ));
+        let created = File::create_new(&path).map_err(io(&path, "create"))?;
+        let mut file = BufWriter::new(created);
         file.write_all(&record(&file_version_event(started)))
             .and_then(|()| file.flush())
             .map_err(io(&path, "write"))?;
@@ -119,6 +130,21 @@ impl State {
             eprintln!("warning: {error}");
             self.error = Some(error);
         }
+    }
+}
+
+/// A run that ended without [`finish`](TensorBoardLogger::finish) (an error, a panic) keeps
+/// its last rows.
+impl Drop for TensorBoardLogger {
+    fn drop(&mut self) {
+        let state = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(row) = state.rows.flush() {
+            state.append(&row, &self.path);
+        }
+        state.flush(&self.path);
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use burn::backend::{Autodiff, Flex};
-use kiln_ml_train::{CsvLogger, TensorBoardLogger, TrainerConfig, read_scalars};
+use kiln_ml_train::{CsvLogger, Error, TensorBoardLogger, TrainerConfig, read_scalars};
 
 use crate::common;
 
@@ -84,4 +84,60 @@ fn a_run_logs_its_loss_every_n_steps_and_its_metrics_every_epoch() {
         losses.iter().map(|(_, loss)| *loss).collect::<Vec<_>>(),
         csv_losses
     );
+}
+
+/// A run that fails before any file write keeps the rows its loggers had: they write them when
+/// dropped.
+#[test]
+fn a_failed_run_keeps_the_rows_it_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Default::default();
+    let config = TrainerConfig::new()
+        .with_num_epochs(1)
+        .with_detect_anomalies(true);
+    let mut trainer = common::sgd_trainer::<B>(&device, 0.01, config);
+    let csv = Arc::new(CsvLogger::create(dir.path(), 1).unwrap());
+    let tensorboard = Arc::new(TensorBoardLogger::create(dir.path(), 1).unwrap());
+    trainer.add_observer(Arc::clone(&csv));
+    trainer.add_observer(Arc::clone(&tensorboard));
+    let mut data = common::batches::<B>(4, 8, 5, &device);
+    let (inputs, mut targets) = common::rows(8, 6);
+    targets[0] = f32::NAN;
+    data.push(common::batch::<B>(&inputs, &targets, &device));
+    let error = trainer
+        .fit(|position| common::plain(data.clone(), position))
+        .unwrap_err();
+    assert!(matches!(error, Error::NonFiniteLoss { .. }), "{error}");
+    let events = tensorboard.path().to_path_buf();
+    drop((trainer, csv, tensorboard));
+
+    let text = std::fs::read_to_string(dir.path().join("metrics.csv")).unwrap();
+    let steps: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|line| line.split(',').nth(1).unwrap())
+        .collect();
+    assert_eq!(steps, ["1", "2", "3", "4"], "{text}");
+    let logged: Vec<u64> = read_scalars(&events)
+        .unwrap()
+        .iter()
+        .filter(|scalar| scalar.tag == "train/lr")
+        .map(|scalar| scalar.step)
+        .collect();
+    assert_eq!(logged, [1, 2, 3, 4]);
+}
+
+#[test]
+fn event_files_started_together_are_distinct() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = TensorBoardLogger::create(dir.path(), 1).unwrap();
+    let second = TensorBoardLogger::create(dir.path(), 1).unwrap();
+    assert_ne!(first.path(), second.path());
+    let name = first
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.starts_with("events.out.tfevents."), "{name}");
 }

@@ -250,6 +250,131 @@ fn a_run_stopped_by_max_steps_leaves_its_checkpoint() {
     );
 }
 
+/// Steps an epoch's end flushes count for `every_steps` like any other: with 3 steps an epoch,
+/// the last of each made by the flush, every third step is one of them.
+#[test]
+fn every_steps_counts_the_steps_an_epoch_end_flushes() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let mut checkpoints = kiln_ml_train::CheckpointConfig::new(dir.path())
+        .with_every_steps(3)
+        .with_keep_last(10);
+    checkpoints.at_epoch_end = false;
+    let mut run = trainer::<B>(&device, config().with_checkpoint(Some(checkpoints)), 1);
+    run.fit(|p| epoch_data(&batches, p)).unwrap();
+    let names: Vec<String> = kiln_ml_train::list_checkpoints(dir.path())
+        .unwrap()
+        .iter()
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [3, 6, 9].map(|step| format!("step-{step:012}.kiln")),
+        "{names:?}"
+    );
+    // Saved before the epoch closed: a resume from step 3 runs epoch 0's end, then the rest.
+    let mut resumed = trainer::<B>(&device, config(), 5);
+    resumed
+        .load_checkpoint(&dir.path().join("step-000000000003.kiln"))
+        .unwrap();
+    let mut ends = 0;
+    resumed
+        .fit_with(
+            |p| epoch_data(&batches, p),
+            |_, _| {
+                ends += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(ends, 3, "epoch 0's end and epochs 1 and 2");
+    assert_eq!(common::params(resumed.model()), common::params(run.model()));
+}
+
+/// `max_steps` reached on an epoch's last batch still ends that epoch: its end-of-epoch
+/// closure runs, as Lightning validates on the last batch.
+#[test]
+fn max_steps_on_an_epochs_last_batch_still_ends_the_epoch() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let stopping = config()
+        .with_accumulation_steps(1)
+        .with_max_steps(Some(BATCHES as u64));
+    let mut run = trainer::<B>(&device, stopping, 1);
+    let recorder = common::recorder();
+    run.add_observer(recorder.clone());
+    let mut ends = 0;
+    let summary = run
+        .fit_with(
+            |p| epoch_data(&batches, p),
+            |_, _| {
+                ends += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(summary.reached_max_steps);
+    assert_eq!(ends, 1);
+    assert_eq!(run.epoch(), 1);
+    assert!(
+        recorder
+            .events()
+            .iter()
+            .any(|event| matches!(event, Event::EpochEnd { epoch: 0, .. }))
+    );
+    // One step short of the epoch's end, it stops inside the epoch, as before.
+    let mut short = trainer::<B>(
+        &device,
+        config()
+            .with_accumulation_steps(1)
+            .with_max_steps(Some(BATCHES as u64 - 1)),
+        1,
+    );
+    let mut ends = 0;
+    short
+        .fit_with(
+            |p| epoch_data(&batches, p),
+            |_, _| {
+                ends += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!((ends, short.epoch()), (0, 0));
+}
+
+/// A trainer rolled back with `load_checkpoint` writes its next trajectory's checkpoints, even
+/// at a step it wrote before the rollback.
+#[test]
+fn a_rolled_back_trainer_writes_the_steps_it_wrote_before() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let other = common::batches::<B>(BATCHES, ROWS, 99, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let at_epoch_ends = kiln_ml_train::CheckpointConfig::new(dir.path()).with_keep_last(10);
+    let stopping = config()
+        .with_checkpoint(Some(at_epoch_ends))
+        .with_max_steps(Some(4));
+    let mut run = trainer::<B>(&device, stopping, 1);
+    run.fit(|p| epoch_data(&batches, p)).unwrap();
+    run.load_checkpoint(&dir.path().join("step-000000000003.kiln"))
+        .unwrap();
+    let recorder = common::recorder();
+    run.add_observer(recorder.clone());
+    run.fit(|p| epoch_data(&other, p)).unwrap();
+    assert!(
+        recorder
+            .events()
+            .iter()
+            .any(|event| matches!(event, Event::CheckpointSaved { step: 4, .. })),
+        "step 4 of the new trajectory is saved"
+    );
+}
+
 /// Under mixed precision, which modules stay in f32 changes the numbers: a checkpoint is
 /// refused by a run that keeps others; in f32, where nothing is cast, it loads.
 #[test]

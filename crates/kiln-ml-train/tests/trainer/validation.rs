@@ -70,3 +70,33 @@ fn metric_errors_name_the_batch<B: AutodiffBackend>(device: B::Device) {
 }
 
 crate::backend_tests!(validation_feeds_metrics, metric_errors_name_the_batch);
+
+/// A pass that fails (a metric refusing a value) still ends its phase for the observers.
+#[test]
+fn a_failed_validation_pass_closes_its_phase() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let mut trainer = common::sgd_trainer::<B>(&device, 0.01, TrainerConfig::new());
+    let recorder = common::recorder();
+    trainer.add_observer(recorder.clone());
+    let (inputs, mut targets) = common::rows(4, 3);
+    targets[0] = f32::NAN;
+    let batches = vec![common::batch::<burn::backend::Flex>(
+        &inputs, &targets, &device,
+    )];
+    assert!(
+        trainer
+            .validate(batches, &mut MeanMetric::default())
+            .is_err()
+    );
+    let events = recorder.events();
+    let opened = events
+        .iter()
+        .filter(|event| matches!(event, kiln_ml_core::Event::PhaseStart { .. }))
+        .count();
+    let closed = events
+        .iter()
+        .filter(|event| matches!(event, kiln_ml_core::Event::PhaseEnd { .. }))
+        .count();
+    assert_eq!((opened, closed), (1, 1));
+}
