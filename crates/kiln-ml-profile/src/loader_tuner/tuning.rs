@@ -99,7 +99,8 @@ impl LoaderTuning {
              workers={} prefetch={})",
             self.recommended.workers,
             self.recommended.prefetch,
-            self.tolerance * 100.0,
+            // Rounded: 0.07 * 100 is 7.000000000000001.
+            (self.tolerance * 1e4).round() / 100.0,
             self.best.workers,
             self.best.prefetch,
         );
@@ -223,6 +224,15 @@ mod tests {
         assert!(
             lines[8].starts_with("recommended: workers=2 prefetch=2"),
             "{table}"
+        );
+        let odd = LoaderTuning {
+            tolerance: 0.07,
+            ..tuning
+        };
+        assert!(
+            odd.table().contains("within 7% of the best"),
+            "{}",
+            odd.table()
         );
     }
 }

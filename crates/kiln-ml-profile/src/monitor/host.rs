@@ -49,10 +49,11 @@ impl HostSource {
         SourceStatus::available(NAME, Some(format!("{cpus} CPUs, {gib:.1} GiB RAM")))
     }
 
-    /// Reads memory, and CPU usage where the last CPU refresh is at least
-    /// `MINIMUM_CPU_UPDATE_INTERVAL` old. Usage is a difference of two refreshes, so the first
-    /// reading has none; between refreshes (intervals shorter than the minimum) the last
-    /// figure is repeated.
+    /// Reads memory, and CPU usage where the last CPU refresh is at least 90% of
+    /// `MINIMUM_CPU_UPDATE_INTERVAL` old (a monitor sampling at exactly that interval reads a
+    /// little early or late each time; without the slack it would skip every other refresh).
+    /// Usage is a difference of two refreshes, so the first reading has none; between
+    /// refreshes (shorter intervals) the last figure is repeated.
     pub(crate) fn read(&mut self) -> HostReading {
         let now = Instant::now();
         match self.last_cpu_refresh {
@@ -60,7 +61,7 @@ impl HostSource {
                 self.system.refresh_cpu_usage();
                 self.last_cpu_refresh = Some(now);
             }
-            Some(last) if now.duration_since(last) >= MINIMUM_CPU_UPDATE_INTERVAL => {
+            Some(last) if now.duration_since(last) >= MINIMUM_CPU_UPDATE_INTERVAL * 9 / 10 => {
                 self.system.refresh_cpu_usage();
                 self.last_cpu_refresh = Some(now);
                 self.cpu_utilization_percent = Some(f64::from(self.system.global_cpu_usage()));

@@ -10,6 +10,7 @@ mod host;
 mod nvml;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod pool;
+mod read_failures;
 mod record;
 mod sample;
 mod sampler;

@@ -10,6 +10,7 @@ use nvml_wrapper::enum_wrappers::device::Clock as NvmlClock;
 use nvml_wrapper::error::NvmlError;
 use serde::{Deserialize, Serialize};
 
+use super::read_failures::ReadFailures;
 use super::{DeviceSample, SourceStatus};
 
 /// The source name in [`SourceStatus`].
@@ -72,6 +73,8 @@ pub(crate) struct NvmlSource {
     gpu_name: Option<String>,
     /// Why memory figures are missing (an old driver without `nvmlDeviceGetMemoryInfo_v2`).
     memory_missing: Option<String>,
+    /// Reads that failed after opening (a figure the GPU does not report, a GPU lost).
+    failures: ReadFailures,
 }
 
 impl NvmlSource {
@@ -91,6 +94,7 @@ impl NvmlSource {
             index,
             gpu_name,
             memory_missing,
+            failures: ReadFailures::default(),
         })
     }
 
@@ -99,21 +103,24 @@ impl NvmlSource {
         let gpu = self.gpu_name.as_deref().unwrap_or("unnamed GPU");
         let mut status =
             SourceStatus::available(NAME, Some(format!("{gpu}, device {}", self.index)));
-        status.reason = self
+        let memory = self
             .memory_missing
             .as_ref()
             .map(|why| format!("memory figures unavailable: {why}"));
+        let reasons: Vec<String> = memory.into_iter().chain(self.failures.describe()).collect();
+        status.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
         status
     }
 
-    /// Fills the `gpu_*` fields it can read; a call that fails leaves its field `None`.
+    /// Fills the `gpu_*` fields it can read; a call that fails leaves its field `None` and is
+    /// counted for [`status`](Self::status).
     pub(crate) fn read(&mut self, sample: &mut DeviceSample) {
-        let Ok(device) = self.nvml.device_by_index(self.index) else {
+        let failures = &mut self.failures;
+        let Some(device) = failures.keep("device", self.nvml.device_by_index(self.index)) else {
             return;
         };
-        sample.gpu_utilization_percent = device
-            .utilization_rates()
-            .ok()
+        sample.gpu_utilization_percent = failures
+            .keep("utilization", device.utilization_rates())
             .map(|rates| f64::from(rates.gpu));
         if self.memory_missing.is_none() {
             match device.memory_info() {
@@ -124,15 +131,16 @@ impl NvmlSource {
                 Err(error @ NvmlError::FailedToLoadSymbol(_)) => {
                     self.memory_missing = Some(describe(&error));
                 }
-                Err(_) => {}
+                Err(error) => failures.record("memory", describe(&error)),
             }
         }
-        sample.gpu_power_watts = device
-            .power_usage()
-            .ok()
+        sample.gpu_power_watts = failures
+            .keep("power", device.power_usage())
             .map(|milliwatts| f64::from(milliwatts) / 1000.0);
-        sample.gpu_sm_clock_mhz = device.clock_info(NvmlClock::SM).ok();
-        sample.gpu_throttle_reasons = device.current_throttle_reasons().ok().map(throttle_names);
+        sample.gpu_sm_clock_mhz = failures.keep("SM clock", device.clock_info(NvmlClock::SM));
+        sample.gpu_throttle_reasons = failures
+            .keep("throttle reasons", device.current_throttle_reasons())
+            .map(throttle_names);
     }
 }
 

@@ -104,8 +104,12 @@ impl Sources {
         if let Some(host) = &mut self.host {
             let reading = host.read();
             sample.cpu_utilization_percent = reading.cpu_utilization_percent;
-            sample.ram_used_bytes = Some(reading.ram_used_bytes);
-            sample.ram_total_bytes = Some(reading.ram_total_bytes);
+            // No total means no reading (an unsupported system, an unreadable /proc/meminfo):
+            // absent, not zero.
+            if reading.ram_total_bytes > 0 {
+                sample.ram_used_bytes = Some(reading.ram_used_bytes);
+                sample.ram_total_bytes = Some(reading.ram_total_bytes);
+            }
         }
         sample
     }

@@ -15,8 +15,8 @@ pub use svg::write_timeline_svg;
 
 use crate::batch_size::FinderReport;
 use crate::monitor::{
-    MonitorRecord, MonitorSummary, SourceStatus, summaries_by_epoch, summaries_by_phase,
-    summarize_samples,
+    DeviceSample, MonitorRecord, MonitorSummary, SourceStatus, summaries_by_epoch,
+    summaries_by_phase, summarize_samples,
 };
 use crate::phase::{EpochBounds, PhaseReport, PhaseTimer, Span};
 use crate::{Diagnosis, Result, ThroughputReport};
@@ -42,6 +42,22 @@ pub struct ProfileReport {
     pub batch_size: Option<FinderReport>,
 }
 
+/// From the first span's or epoch's start to the last one's end; `None` without either.
+fn run_bounds(
+    spans: &[Span],
+    epochs: &[EpochBounds],
+) -> Option<std::ops::RangeInclusive<std::time::Duration>> {
+    let starts = spans
+        .iter()
+        .map(|span| span.start)
+        .chain(epochs.iter().map(|epoch| epoch.start));
+    let ends = spans
+        .iter()
+        .map(Span::end)
+        .chain(epochs.iter().filter_map(|epoch| epoch.end));
+    Some(starts.min()?..=ends.max()?)
+}
+
 impl ProfileReport {
     /// The report of a run timed by `timer` and watched by a monitor (its stopped record).
     pub fn from_run(timer: &PhaseTimer, monitor: Option<&MonitorRecord>) -> Self {
@@ -62,8 +78,16 @@ impl ProfileReport {
         };
         if let Some(record) = monitor {
             report.monitor_sources = record.sources.clone();
-            report.device =
-                (!record.samples.is_empty()).then(|| summarize_samples(&record.samples));
+            // Over the run: the monitor may start before it and stop after it.
+            let in_run: Vec<&DeviceSample> = match run_bounds(spans, epochs) {
+                Some(run) => record
+                    .samples
+                    .iter()
+                    .filter(|sample| run.contains(&sample.at))
+                    .collect(),
+                None => record.samples.iter().collect(),
+            };
+            report.device = (!in_run.is_empty()).then(|| summarize_samples(in_run));
             report.device_by_phase = summaries_by_phase(&record.samples, spans)
                 .into_iter()
                 .map(|(action, summary)| (action.name().to_owned(), summary))
@@ -104,5 +128,51 @@ impl ProfileReport {
         let json = self.to_json()? + "\n";
         let synced = kiln_ml_core::Durability::Synced;
         Ok(kiln_ml_core::write_atomic(path, json.as_bytes(), synced)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::phase::Action;
+
+    fn phases() -> PhaseReport {
+        PhaseTimer::new(crate::Clock::start(), crate::TimingMode::Accurate).report()
+    }
+
+    #[test]
+    fn the_device_summary_covers_the_run_only() {
+        let ms = Duration::from_millis;
+        let sample = |at, busy| DeviceSample {
+            at: ms(at),
+            gpu_utilization_percent: Some(busy),
+            ..DeviceSample::default()
+        };
+        // The monitor started before the run and stopped after it.
+        let record = MonitorRecord {
+            samples: vec![sample(0, 0.0), sample(15, 100.0), sample(30, 0.0)],
+            sources: Vec::new(),
+        };
+        let spans = [Span {
+            action: Action::Forward,
+            step: 1,
+            start: ms(10),
+            duration: ms(10),
+            sync: None,
+        }];
+        let epochs = [EpochBounds {
+            epoch: 0,
+            start: ms(10),
+            end: Some(ms(20)),
+        }];
+        let report = ProfileReport::from_timeline(phases(), &spans, &epochs, Some(&record));
+        let device = report.device.unwrap();
+        assert_eq!(device.samples, 1);
+        assert_eq!(device.get("gpu_utilization_percent").unwrap().mean, 100.0);
+        // Without spans or epochs there are no bounds: every sample counts.
+        let unbounded = ProfileReport::from_timeline(phases(), &[], &[], Some(&record));
+        assert_eq!(unbounded.device.unwrap().samples, 3);
     }
 }
