@@ -253,9 +253,11 @@ where
             }
             if self.window.is_empty() && self.max_steps_reached() {
                 // On the epoch's last batch the epoch still ends (its validation, callbacks
-                // and checkpoint run, as Lightning's do): a look at the data tells. A batch it
-                // finds is not trained on, and the position stays before it.
-                let exhausted = batches.next().is_none();
+                // and checkpoint run, as Lightning's do), when the data can tell without
+                // reading another batch: its position is the next epoch's start (kiln's
+                // loader), or it says no batch is left (`size_hint`).
+                let exhausted = batches.size_hint().1 == Some(0)
+                    || (!overfit && self.position == Position::start_of(epoch + 1));
                 return Ok(!exhausted);
             }
             let step = self.counters.optimizer_steps + 1;

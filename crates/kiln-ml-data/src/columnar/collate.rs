@@ -9,8 +9,10 @@ use crate::{ArrowRow, CollateFn, collate_fn};
 /// source's schema, rows in plan order) to the batch: a [`CollateFn`] over [`ArrowRow`]s.
 ///
 /// The batch's rows are gathered from the decoded chunks they sit in ([`gather_rows`]), each
-/// column with one Arrow kernel call, and the closure turns them into the batch (tensors, say:
-/// see [`float_matrix`](crate::float_matrix)). This is the columnar path of a
+/// column with one Arrow kernel call, and the closure turns them into the batch (host buffers
+/// such as [`float_matrix`](crate::float_matrix)'s). The closure runs on a loader worker: on a
+/// fusion backend (cuda, wgpu) make device tensors on the training thread, or use
+/// [`BurnColumnar`](crate::BurnColumnar), which does. This is the columnar path of a
 /// [`ParquetSource`](crate::ParquetSource) with its default decoder,
 /// [`ArrowRows`](crate::ArrowRows): no value becomes a per-sample Rust value and back.
 ///

@@ -43,8 +43,9 @@ use crate::{Error, Result};
 ///
 /// While an epoch runs, the loader holds at most the blocks that the batches within the
 /// prefetch window use, plus `read_ahead_blocks` blocks read ahead, plus `prefetch_batches` assembled
-/// batches. How many blocks the window spans depends on the plan: one or two for a sequential
-/// plan, about the number of interleaved blocks for a block shuffle, and every block for a
+/// batches. How many blocks the window spans depends on the plan: the few the window's batches
+/// cover for a sequential plan (about 16 for batches of 64 over 1,024-row blocks at the default
+/// depth), about the number of interleaved blocks for a block shuffle, and every block for a
 /// uniform random permutation. [`residency`](Self::residency) computes the exact bound
 /// for a plan before running it.
 ///

@@ -62,7 +62,8 @@ impl LoaderResidency {
         let batches = schedule.batches as usize;
         let mut block_delta = vec![0i64; batches + 1];
         let mut sample_delta = vec![0i64; batches + 1];
-        let mut byte_delta = vec![0i64; batches + 1];
+        // In i128: a block's byte estimate can be any u64 (a footer's sizes are the file's word).
+        let mut byte_delta = vec![0i128; batches + 1];
         let mut rows_by_size = Vec::with_capacity(schedule.uses.len());
         let mut bytes_by_size = Vec::with_capacity(schedule.uses.len());
         // Bytes count only when every block used reports its size.
@@ -76,7 +77,7 @@ impl LoaderResidency {
             let bytes = bytes.unwrap_or(0);
             bytes_by_size.push(bytes);
             total_rows += rows;
-            total_bytes += bytes;
+            total_bytes = total_bytes.saturating_add(bytes);
             // Held while the consumer is at batch c with
             // first_use < (c + prefetch) × batch size and last_use >= c × batch size.
             let first = (schedule.batch_of(used.first_use) + 1).saturating_sub(prefetch_batches);
@@ -90,20 +91,20 @@ impl LoaderResidency {
             block_delta[last as usize + 1] -= 1;
             sample_delta[first as usize] += rows as i64;
             sample_delta[last as usize + 1] -= rows as i64;
-            byte_delta[first as usize] += bytes as i64;
-            byte_delta[last as usize + 1] -= bytes as i64;
+            byte_delta[first as usize] += i128::from(bytes);
+            byte_delta[last as usize + 1] -= i128::from(bytes);
         }
-        let peak = |delta: &[i64]| {
-            delta
+        fn peak<T: Copy + Into<i128>>(delta: &[T]) -> u64 {
+            let held = delta
                 .iter()
-                .scan(0i64, |held, change| {
-                    *held += change;
+                .scan(0i128, |held, &change| {
+                    *held += change.into();
                     Some(*held)
                 })
                 .max()
-                .unwrap_or(0)
-                .max(0) as u64
-        };
+                .unwrap_or(0);
+            u64::try_from(held.max(0)).unwrap_or(u64::MAX)
+        }
         rows_by_size.sort_unstable_by(|a, b| b.cmp(a));
         bytes_by_size.sort_unstable_by(|a, b| b.cmp(a));
         // Size-budget batches vary: the largest run of `prefetch_batches` of them.
@@ -115,7 +116,12 @@ impl LoaderResidency {
             read_ahead_samples: rows_by_size.iter().take(read_ahead_blocks).sum(),
             batch_samples,
             peak_window_bytes: known(peak(&byte_delta)),
-            read_ahead_bytes: known(bytes_by_size.iter().take(read_ahead_blocks).sum()),
+            read_ahead_bytes: known(
+                bytes_by_size
+                    .iter()
+                    .take(read_ahead_blocks)
+                    .fold(0u64, |sum, &bytes| sum.saturating_add(bytes)),
+            ),
             // In u128: a large window of a many-terabyte source overflows u64 before the
             // division.
             batch_bytes: known(
@@ -180,5 +186,31 @@ mod tests {
         assert_eq!(held.read_ahead_bytes, Some(8 * held.read_ahead_samples));
         assert_eq!(held.batch_bytes, Some(8 * held.batch_samples));
         assert_eq!(held.max_bytes(), Some(8 * held.max_samples()));
+    }
+
+    /// Blocks whose byte estimate is any u64 (a footer's word): figures saturate, never wrap
+    /// or turn negative.
+    struct Huge(MemorySource<u64>);
+
+    impl BlockLayout for Huge {
+        fn blocks(&self) -> &[kiln_ml_core::Block] {
+            self.0.blocks()
+        }
+        fn fingerprint(&self) -> kiln_ml_core::Fingerprint {
+            self.0.fingerprint()
+        }
+        fn block_bytes(&self, _: kiln_ml_core::BlockIndex) -> Option<u64> {
+            Some(u64::MAX)
+        }
+    }
+
+    #[test]
+    fn huge_block_sizes_saturate() {
+        let layout = Huge(MemorySource::with_ids(&[&[2, 2]]));
+        let plan = Plan::new(0, Shard::SINGLE, 4, (0..4).collect(), &layout).unwrap();
+        let held = LoaderResidency::of(&EpochSchedule::new(&plan, false), &layout, 2, 2);
+        assert_eq!(held.peak_window_bytes, Some(u64::MAX));
+        assert_eq!(held.read_ahead_bytes, Some(u64::MAX));
+        assert_eq!(held.max_bytes(), Some(u64::MAX));
     }
 }
