@@ -7,9 +7,10 @@
 #                                                # scenes of 2 agents (av2's world functions,
 #                                                # the actor miss rate) and Waymo's mAP
 #
-# Arguments are passed on to the `metrics_throughput` example. AV2_AGENTS (default 20000) bounds
-# the slow av2 loop; with AV2_AGENTS >= N, kiln and av2 score the same agents and the JSON
-# (PEERS_JSON=PATH) has `kiln_vs_av2_max_relative_difference`. KILN_PEERS_VENV picks the
+# Arguments are passed on to the `metrics_throughput` example. AV2_AGENTS (default N: the same
+# agents on both sides) can bound the slow av2 loop (av2 scores about 13,000 agents/s here);
+# while AV2_AGENTS >= N, kiln and av2 score the same agents and the JSON (PEERS_JSON=PATH) has
+# `kiln_vs_av2_max_relative_difference`. KILN_PEERS_VENV picks the
 # virtual environment (benches/peers/run.sh shares its own).
 # Creates a virtual environment under ${KILN_PEERS_CACHE:-~/.cache/kiln-peers}, installs numpy
 # and av2 there, runs kiln's `metrics_throughput` example (release build) with `--dump`, then
@@ -53,4 +54,4 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMEXPR_NUM_TH
 cargo run --release --quiet --example metrics_throughput -- \
   --n "$N" --k "$K" --t "$T" --seed "$SEED" --json "$WORK/kiln.json" --dump "$WORK/data" "$@"
 "$VENV/bin/python" benches/peers/metrics_av2.py --data "$WORK/data" --kiln-json "$WORK/kiln.json" \
-  --av2-agents "${AV2_AGENTS:-20000}" ${PEERS_JSON:+--json "$PEERS_JSON"}
+  --av2-agents "${AV2_AGENTS:-$N}" ${PEERS_JSON:+--json "$PEERS_JSON"}

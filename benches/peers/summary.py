@@ -33,6 +33,7 @@ def main():
         "kiln_sequential_distinct": kiln["sequential_distinct_files_per_batch"],
         "kiln_collate": kiln["collate"],
         "pyarrow_scan_rows_per_s": readers["pyarrow_scan"]["rows_per_s"],
+        "pyarrow_scan_threaded_rows_per_s": readers["pyarrow_scan_threaded"]["rows_per_s"],
         "torch_random_rows_per_s": readers["torch_random"]["rows_per_s"],
         "torch_random_distinct": readers["torch_random"]["distinct_files_per_batch"],
         "torch_sequential_rows_per_s": readers["torch_sequential"]["rows_per_s"],
@@ -52,6 +53,8 @@ def main():
         "block_shuffle_vs_torch_shuffle_buffer": f["kiln_block_shuffle_rows_per_s"] / f["torch_shuffle_buffer_rows_per_s"],
         "block_shuffle_distinct_vs_shuffle_buffer": f["kiln_block_shuffle_distinct"] / f["torch_shuffle_buffer_distinct"],
         "sequential_vs_pyarrow_scan": f["kiln_sequential_rows_per_s"] / f["pyarrow_scan_rows_per_s"],
+        # The same resources on both sides: kiln's workers against pyarrow's thread pool.
+        "sequential_vs_pyarrow_threaded_scan": f["kiln_sequential_rows_per_s"] / f["pyarrow_scan_threaded_rows_per_s"],
         "sequential_vs_torch_sequential": f["kiln_sequential_rows_per_s"] / f["torch_sequential_rows_per_s"],
         "metrics_vs_av2": (f["kiln_metrics_agents_per_s"] / f["av2_agents_per_s"]) if f["av2_agents_per_s"] else None,
         "metrics_vs_numpy": f["kiln_metrics_agents_per_s"] / f["numpy_agents_per_s"],
@@ -63,7 +66,9 @@ def main():
         "block_shuffle >= 100x torch RandomSampler": ratios["block_shuffle_vs_torch_random"] >= 100,
         "block_shuffle >= 10x torch shuffle buffer": ratios["block_shuffle_vs_torch_shuffle_buffer"] >= 10,
         "block_shuffle >= 2x the shuffle buffer's distinct files per batch": ratios["block_shuffle_distinct_vs_shuffle_buffer"] >= 2,
-        "sequential >= 2x pyarrow scan": ratios["sequential_vs_pyarrow_scan"] >= 2,
+        # kiln with its workers, pyarrow on one thread (the target's terms); the threaded ratio
+        # is printed beside it.
+        "sequential >= 2x pyarrow scan (1 thread)": ratios["sequential_vs_pyarrow_scan"] >= 2,
         "metrics >= 3x av2 on one core": ratios["metrics_vs_av2"] is not None and ratios["metrics_vs_av2"] >= 3,
         "metrics agree with av2 to 1e-6": difference is not None and difference <= 1e-6,
     }
@@ -76,7 +81,8 @@ def main():
     rows = [
         ("kiln block shuffle", f["kiln_block_shuffle_rows_per_s"], f["kiln_block_shuffle_distinct"]),
         ("kiln sequential", f["kiln_sequential_rows_per_s"], f["kiln_sequential_distinct"]),
-        ("pyarrow read_table scan, 1 thread, no batching", f["pyarrow_scan_rows_per_s"], None),
+        ("pyarrow scan, 1 thread, no batching", f["pyarrow_scan_rows_per_s"], None),
+        ("pyarrow scan, its thread pool, no batching", f["pyarrow_scan_threaded_rows_per_s"], None),
         ("torch DataLoader + RandomSampler (map-style, LRU)", f["torch_random_rows_per_s"], f["torch_random_distinct"]),
         ("torch DataLoader, sequential (map-style)", f["torch_sequential_rows_per_s"], f["torch_sequential_distinct"]),
         ("torch DataLoader, IterableDataset + shuffle buffer", f["torch_shuffle_buffer_rows_per_s"], f["torch_shuffle_buffer_distinct"]),

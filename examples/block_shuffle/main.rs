@@ -15,8 +15,9 @@
 //!    load that drifts between rounds (a shared machine) cancels out, and which plan goes
 //!    first alternates between rounds, so load that drifts within one favours neither:
 //!    - sequential: `SequentialSampler`;
-//!    - the decoder alone: parquet-rs decoding every file whole on `--workers` threads (rayon),
-//!      nothing batched, timed once per round; the loader's ratios to it are medians of
+//!    - the decoder alone: parquet-rs decoding every row group on its own on `--workers`
+//!      threads (rayon), from footers read before the clock as the loader's are, nothing
+//!      batched, timed once per round; the loader's ratios to it are medians of
 //!      per-round ratios;
 //!    - naive per-sample random access: for each sample of a uniform permutation, open its file,
 //!      parse the footer, decode its row group and keep one row, as a map-style dataset does. Only

@@ -10,7 +10,9 @@ use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use kiln_ml::core::{BlockLayout, BlockSource, PlanRequest, SampleId, Sampler};
 use kiln_ml::data::arrow_array::RecordBatch;
-use kiln_ml::data::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use kiln_ml::data::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use kiln_ml::data::{
     Collate, Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn, columnar_fn, float_matrix,
 };
@@ -221,6 +223,7 @@ where
     let decoder_pool = rayon::ThreadPoolBuilder::new()
         .num_threads(setup.config.workers)
         .build()?;
+    let footers = footers(setup.paths)?;
     let (mut raw_seconds, mut raw_ratios) = (Vec::new(), (Vec::new(), Vec::new()));
     let sequential = SequentialSampler::new(setup.sharding);
     let (mut sequential_first, mut sequential_steady) = (Vec::new(), Vec::new());
@@ -242,7 +245,7 @@ where
             peak_samples_held = peak_samples_held.max(loader.residency(&plan).max_samples());
             shuffled_plans.push(plan);
         }
-        let raw = decoder_pool.install(|| raw_decode_seconds(setup.paths))?;
+        let raw = decoder_pool.install(|| raw_decode_seconds(&footers))?;
         raw_seconds.push(raw);
         // The plan that goes first alternates between rounds, so a machine that speeds up or
         // slows down during a round favours neither.
@@ -303,21 +306,41 @@ where
     })
 }
 
-/// parquet-rs alone: every file opened and decoded whole, one row group per Arrow batch as the
-/// loader decodes them, the files spread over the current rayon pool's threads; nothing is
-/// batched or kept. Returns the seconds taken.
-fn raw_decode_seconds(paths: &[PathBuf]) -> Result<f64> {
-    let started = Instant::now();
-    let rows: usize = paths
-        .par_iter()
-        .map(|path| -> Result<usize> {
+/// Every file's footer, read once: the decoder baseline, like the loader, parses footers before
+/// it is timed.
+fn footers(paths: &[PathBuf]) -> Result<Vec<(PathBuf, ArrowReaderMetadata)>> {
+    paths
+        .iter()
+        .map(|path| {
             let file = std::fs::File::open(path)?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file)?
+            let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())?;
+            Ok((path.clone(), metadata))
+        })
+        .collect()
+}
+
+/// parquet-rs alone: every row group decoded on its own, in chunks of at most 8,192 rows, as
+/// the loader decodes them (from footers read beforehand, as the loader's are), the files
+/// spread over the current rayon pool's threads; nothing is batched or kept. Returns the
+/// seconds taken.
+fn raw_decode_seconds(files: &[(PathBuf, ArrowReaderMetadata)]) -> Result<f64> {
+    let started = Instant::now();
+    let rows: usize = files
+        .par_iter()
+        .map(|(path, metadata)| -> Result<usize> {
+            let file = std::fs::File::open(path)?;
+            let mut rows = 0;
+            for group in 0..metadata.metadata().num_row_groups() {
+                let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
+                    file.try_clone()?,
+                    metadata.clone(),
+                )
+                .with_row_groups(vec![group])
                 .with_batch_size(8192)
                 .build()?;
-            let mut rows = 0;
-            for batch in reader {
-                rows += black_box(batch?).num_rows();
+                for batch in reader {
+                    rows += black_box(batch?).num_rows();
+                }
             }
             Ok(rows)
         })

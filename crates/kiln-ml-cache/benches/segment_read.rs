@@ -14,10 +14,11 @@
 //! - `cache_get/mmap`: `DiskCache::get`, memory-mapping every segment.
 //! - `cache_get/default`: `DiskCache::get` with the default threshold.
 //!
-//! The `checksum` group hashes one 256 KiB payload whole and as 248-byte records (the size of
-//! the block_shuffle example's samples), the two ways a segment could be verified, with both
-//! XXH3 implementations the format uses: twox-hash (AVX2 chosen at run time, used by portable
-//! builds) and xxhash-rust (SIMD chosen at compile time, used by builds that target AVX-512).
+//! The `checksum` group hashes one 256 KiB payload whole, with both XXH3 implementations the
+//! format uses: twox-hash (AVX2 chosen at run time, used by portable builds) and xxhash-rust
+//! (SIMD chosen at compile time, used by builds that target AVX-512); and as 248-byte records
+//! (the size of the block_shuffle example's samples) with twox-hash: the two ways a segment
+//! could be verified.
 
 use std::hint::black_box;
 use std::path::PathBuf;
