@@ -28,7 +28,8 @@
 # time went.
 #
 # Writes DIR/gpu.json (keys: device, time_to_first_step_s, kiln_step_ms, plain_burn_step_ms,
-# quickstart_min_ade, torch_min_ade, torch_seconds, cuda_tests_passed, cuda_tests_failed, null
+# quickstart_min_ade, torch_min_ade, torch_seconds, torch_step_ms (after the first epoch, as
+# kiln_step_ms), cuda_tests_passed, cuda_tests_failed, null
 # where a part did not run; then the rest, per step, with `distinct_sums` and `binaries`,
 # pack.sh's record of what they were built from), DIR/logs.tar.xz (every step's output and
 # watch log, the JSON of each) and DIR/cache.tar.xz (the kernel cache, to carry into the next
@@ -280,6 +281,9 @@ figures = {
     "quickstart_min_ade": get("quickstart_bf16", "min_ade") or get("quickstart_bf16_cold", "min_ade"),
     "torch_min_ade": get("torch_dataloader_bf16", "min_ade"),
     "torch_seconds": get("torch_dataloader_bf16", "seconds"),
+    # Per step after the first epoch, training only: measured as kiln's `step_ms` is.
+    "torch_step_ms": get("torch_dataloader_bf16", "steady_step_ms"),
+    "torch_resident_step_ms": get("torch_resident_bf16", "steady_step_ms"),
     "cuda_tests_passed": passed,
     "cuda_tests_failed": failed,
     "dry_run": dry,

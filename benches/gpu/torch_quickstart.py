@@ -288,6 +288,12 @@ def main():
         )
     seconds = time.perf_counter() - training_started
     step_ms = 1000 * train_seconds / steps if steps else float("nan")
+    # As kiln's quickstart reports its steps: the epochs after the first (which warms cuBLAS,
+    # the allocator and the workers), training time only.
+    later = epochs_run[1:]
+    later_steps = steps_per_epoch * len(later)
+    steady_step_ms = (1000 * sum(row["seconds"] for row in later) / later_steps
+                      if later_steps else None)
     print(f"done in {seconds:.1f} s: {steps} steps, {step_ms:.2f} ms per step, first step after {first_step_s or 0:.2f} s")
 
     if args.json:
@@ -311,6 +317,7 @@ def main():
             "seconds": seconds,
             "time_to_first_step_s": first_step_s,
             "step_ms": step_ms,
+            "steady_step_ms": steady_step_ms,
             "min_ade": last.get("min_ade"),
             "min_fde": last.get("min_fde"),
             "miss_rate": last.get("miss_rate"),

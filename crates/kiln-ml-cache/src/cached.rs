@@ -344,6 +344,8 @@ where
             match self.decode(&segment, rows) {
                 Ok(samples) => {
                     ram.count_hit();
+                    // A hint passed on before the segment was cached is not read now.
+                    self.inner.cancel_prefetch(block);
                     return Ok(samples);
                 }
                 // Not a hit, and not to be tried again: the disk tier judges its own copy.
@@ -351,6 +353,7 @@ where
             }
         }
         if let Some(samples) = self.read_from_disk(&key, rows)? {
+            self.inner.cancel_prefetch(block);
             return Ok(samples);
         }
         let samples = self.compute_block(block)?;

@@ -431,6 +431,61 @@ impl BlockSource for ShortBlocks {
     }
 }
 
+/// Counts the prefetch hints it is given, and those withdrawn.
+struct Hinted {
+    inner: MemorySource<u64>,
+    hints: AtomicU64,
+    withdrawn: AtomicU64,
+}
+
+impl BlockLayout for Hinted {
+    fn blocks(&self) -> &[kiln_ml_core::Block] {
+        self.inner.blocks()
+    }
+    fn fingerprint(&self) -> Fingerprint {
+        self.inner.fingerprint()
+    }
+}
+
+impl BlockSource for Hinted {
+    type Item = u64;
+    type Error = kiln_ml_testkit::MemorySourceError;
+
+    fn read_block(&self, block: kiln_ml_core::BlockIndex) -> Result<Vec<u64>, Self::Error> {
+        self.inner.read_block(block)
+    }
+    fn prefetch(&self, _: kiln_ml_core::BlockIndex) {
+        self.hints.fetch_add(1, Ordering::Relaxed);
+    }
+    fn cancel_prefetch(&self, _: kiln_ml_core::BlockIndex) {
+        self.withdrawn.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A hint passed on for a block that another user of the directory then cached is withdrawn
+/// when the block is served from disk (the inner source would otherwise keep what it fetched).
+#[test]
+fn a_hint_for_a_block_served_from_disk_is_withdrawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Arc::new(DiskCache::open(dir.path()).unwrap());
+    let identity = || transform_fn("identity", 1, Ok::<u64, Infallible>);
+    let hinted = Cached::new(
+        Hinted {
+            inner: source(),
+            hints: AtomicU64::new(0),
+            withdrawn: AtomicU64::new(0),
+        },
+        identity(),
+        Arc::clone(&disk),
+    );
+    let other = Cached::new(source(), identity(), Arc::clone(&disk));
+    hinted.prefetch(0);
+    assert_eq!(hinted.inner().hints.load(Ordering::Relaxed), 1);
+    other.read_block(0).unwrap();
+    hinted.read_block(0).unwrap();
+    assert_eq!(hinted.inner().withdrawn.load(Ordering::Relaxed), 1);
+}
+
 /// A block with fewer items than rows is refused, naming the block and both counts, and
 /// nothing is cached: caching it would serve the short block under valid checksums for good.
 #[test]

@@ -19,7 +19,8 @@ impl<T: ?Sized + PartialEq> Interner<T> {
     pub(crate) const fn new(most: usize) -> Self {
         Self {
             held: Mutex::new(Vec::new()),
-            most,
+            // At least one: `intern` replaces the oldest value when full.
+            most: if most == 0 { 1 } else { most },
         }
     }
 
@@ -56,5 +57,12 @@ mod tests {
         // Held now: [4] and the new [1, 2].
         assert!(Arc::ptr_eq(&newest, &interner.intern(Arc::from([4]))));
         assert!(Arc::ptr_eq(&again, &interner.intern(Arc::from([1, 2]))));
+    }
+
+    #[test]
+    fn a_capacity_of_zero_holds_one() {
+        let interner = Interner::<[u64]>::new(0);
+        let first = interner.intern(Arc::from([1]));
+        assert!(Arc::ptr_eq(&first, &interner.intern(Arc::from([1]))));
     }
 }
