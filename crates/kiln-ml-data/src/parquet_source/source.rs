@@ -343,6 +343,18 @@ impl<D: RowDecoder> ParquetSource<D> {
         }
     }
 
+    /// The fetch started ahead for `block`, taken out of the pending reads. Only object-store
+    /// files have any: a local block's read (the loader's hot path) takes no lock.
+    fn take_pending(&self, file: &ParquetFile, block: BlockIndex) -> Option<PendingRead> {
+        if !file.is_remote() {
+            return None;
+        }
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&block)
+    }
+
     /// Reads and decodes one block's row group in bounded chunks, each in the source schema
     /// (columns by name, in the source's order, with the file's partition values); counts the
     /// bytes read. Returns the file and row group with the chunks.
@@ -353,11 +365,7 @@ impl<D: RowDecoder> ParquetSource<D> {
             .blocks()
             .get(block as usize)
             .map_or(0, |found| found.file as usize);
-        let pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&block);
+        let pending = self.take_pending(file, block);
         let (chunks, bytes) = file.read_row_group(row_group, pending)?;
         self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
         let chunks = chunks
@@ -445,11 +453,10 @@ impl<D: RowDecoder> BlockSource for ParquetSource<D> {
 
     /// Stops the fetch started for `block` and drops its bytes.
     fn cancel_prefetch(&self, block: BlockIndex) {
-        let cancelled = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&block);
+        let Ok((file, _)) = self.locate(block) else {
+            return;
+        };
+        let cancelled = self.take_pending(file, block);
         #[cfg(feature = "remote")]
         if let Some(read) = cancelled {
             read.abort();
