@@ -24,7 +24,7 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
 use kiln_ml::backend::BackendTask;
 use kiln_ml::core::PlanRequest;
-use kiln_ml::data::{BurnCollate, Epoch, LoaderConfig};
+use kiln_ml::data::{BurnCollate, LoaderConfig};
 use kiln_ml::profile::{Bottleneck, Clock, DeviceMonitor, Diagnosis, LoaderTuning};
 use kiln_ml::sampler::{RemainderPolicy, SequentialSampler, Sharding};
 use kiln_ml::train::TrainerConfig;
@@ -154,30 +154,15 @@ fn diagnose<B: AutodiffBackend>(
 
     let clock = Clock::start();
     let monitor = DeviceMonitor::builder(clock).start()?;
-    let mut epoch: Option<Epoch<'_, RegressionBatch<B>>> = None;
-    let mut next_epoch = 0;
-    // The loader's batches, epoch after epoch.
-    let next_batch = || -> anyhow::Result<RegressionBatch<B>> {
-        loop {
-            let current = match &mut epoch {
-                Some(current) => current,
-                None => {
-                    let request = PlanRequest::new(args.seed, next_epoch);
-                    next_epoch += 1;
-                    epoch.insert(loader.plan_epoch(&sampler, &request)?)
-                }
-            };
-            match current.next() {
-                Some(batch) => return Ok(batch?),
-                None => epoch = None,
-            }
-        }
-    };
+    let next_batch = cached_batch::epoch_after_epoch(
+        |epoch| loader.plan_epoch(&sampler, &PlanRequest::new(args.seed, epoch)),
+        0,
+    );
     let bottleneck = Bottleneck::new()
         .steps(args.warmup, args.steps)
         .with_monitor(&monitor);
+    // Takes `next_batch`, and drops its epoch before the monitor stops.
     let diagnosis = cached_batch::diagnose(bottleneck, &mut trainer, cached_batch, next_batch)?;
-    drop(epoch);
     monitor.stop();
     Ok(diagnosis)
 }

@@ -583,25 +583,8 @@ impl BackendTask for Quickstart {
             let cached = open(args.epochs)?
                 .next()
                 .context("the training set holds no whole batch")??;
-            // Opened at the real run's first batch, not before the cached run: its workers
-            // would fill the prefetch window meanwhile, and the real run would be measured on
-            // that backlog instead of on the loader's pace.
-            let mut next_epoch = args.epochs + 1;
-            let mut epoch = None;
-            let next_batch = || loop {
-                let current = match &mut epoch {
-                    Some(current) => current,
-                    None => {
-                        let opened = open(next_epoch)?;
-                        next_epoch += 1;
-                        epoch.insert(opened)
-                    }
-                };
-                match current.next() {
-                    Some(batch) => return Ok(batch?),
-                    None => epoch = None,
-                }
-            };
+            let next_batch =
+                kiln_ml_examples::cached_batch::epoch_after_epoch(open, args.epochs + 1);
             Some(profiler.diagnose(&mut trainer, cached, next_batch, 4, args.diagnose_steps)?)
         } else {
             None
