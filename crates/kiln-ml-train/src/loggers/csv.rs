@@ -130,12 +130,10 @@ impl Drop for CsvLogger {
             .state
             .get_mut()
             .unwrap_or_else(|poison| poison.into_inner());
-        if let Some(row) = state.rows.flush() {
-            state.add(row);
-        }
-        if state.error.is_none()
-            && state.table.len() > state.written
-            && let Err(error) = state.write(&self.path)
+        let unwritten = state.rows.has_pending() || state.table.len() > state.written;
+        if unwritten
+            && state.error.is_none()
+            && let Err(error) = self.finish()
         {
             eprintln!("warning: {error}; the CSV log's last rows are lost");
         }

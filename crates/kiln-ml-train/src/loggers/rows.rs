@@ -112,6 +112,11 @@ impl LogRows {
         rows
     }
 
+    /// Whether metrics wait for a row boundary ([`flush`](Self::flush) would return them).
+    pub fn has_pending(&self) -> bool {
+        self.pending_metrics.is_some()
+    }
+
     /// The metrics still waiting for a row boundary (at the end of a run).
     pub fn flush(&mut self) -> Option<LogRow> {
         self.pending_metrics.take()

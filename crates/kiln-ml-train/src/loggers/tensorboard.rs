@@ -137,14 +137,8 @@ impl State {
 /// its last rows.
 impl Drop for TensorBoardLogger {
     fn drop(&mut self) {
-        let state = self
-            .state
-            .get_mut()
-            .unwrap_or_else(|poison| poison.into_inner());
-        if let Some(row) = state.rows.flush() {
-            state.append(&row, &self.path);
-        }
-        state.flush(&self.path);
+        // A write error was printed when it happened.
+        let _ = self.finish();
     }
 }
 
