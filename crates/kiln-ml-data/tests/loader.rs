@@ -492,6 +492,17 @@ struct SlowSource {
     cancelled_hints: AtomicU64,
 }
 
+impl SlowSource {
+    fn new(inner: MemorySource<u64>) -> Self {
+        Self {
+            inner,
+            reads: AtomicU64::new(0),
+            hints: AtomicU64::new(0),
+            cancelled_hints: AtomicU64::new(0),
+        }
+    }
+}
+
 impl BlockLayout for SlowSource {
     fn blocks(&self) -> &[kiln_ml_core::Block] {
         self.inner.blocks()
@@ -519,12 +530,7 @@ impl BlockSource for SlowSource {
 
 #[test]
 fn dropping_an_epoch_midway_stops_its_work_and_the_loader_stays_usable() {
-    let source = SlowSource {
-        inner: MemorySource::with_ids(&[&[4; 200]]),
-        reads: AtomicU64::new(0),
-        hints: AtomicU64::new(0),
-        cancelled_hints: AtomicU64::new(0),
-    };
+    let source = SlowSource::new(MemorySource::with_ids(&[&[4; 200]]));
     let config = LoaderConfig::new()
         .with_workers(2)
         .with_prefetch_batches(2)
@@ -560,12 +566,7 @@ fn dropping_an_epoch_midway_stops_its_work_and_the_loader_stays_usable() {
 
 #[test]
 fn a_dropped_epoch_withdraws_the_prefetch_hints_it_will_not_read() {
-    let source = SlowSource {
-        inner: MemorySource::with_ids(&[&[4; 200]]),
-        reads: AtomicU64::new(0),
-        hints: AtomicU64::new(0),
-        cancelled_hints: AtomicU64::new(0),
-    };
+    let source = SlowSource::new(MemorySource::with_ids(&[&[4; 200]]));
     // One worker and a deep read-ahead: most scheduled reads are still queued at the drop.
     let config = LoaderConfig::new()
         .with_workers(1)

@@ -323,6 +323,14 @@ fn a_sum_within_the_tolerance_in_f64_passes_on_both_paths() {
     let config = MetricsConfig::argoverse2();
     assert!(case.host(&config).is_ok());
     case.both(&config);
+    // On the GPU-style backend (lavapipe in CI), which sums in f32 on the device too.
+    #[cfg(feature = "wgpu")]
+    if let Some(device) = kiln_ml_testkit::wgpu_device() {
+        assert!(
+            case.tensor_on::<burn::backend::Wgpu>(&config, &device)
+                .is_ok()
+        );
+    }
 }
 
 #[test]
@@ -351,6 +359,17 @@ fn distance_thresholds_not_exact_in_f32_miss_alike_on_both_paths() {
             Some(missed),
             "{threshold_m} {inclusive:?}"
         );
+        #[cfg(feature = "wgpu")]
+        if let Some(device) = kiln_ml_testkit::wgpu_device() {
+            let on_wgpu = case
+                .tensor_on::<burn::backend::Wgpu>(&config, &device)
+                .unwrap();
+            assert_eq!(
+                on_wgpu.at(1).unwrap().miss_rate,
+                Some(missed),
+                "wgpu: {threshold_m} {inclusive:?}"
+            );
+        }
     }
 }
 

@@ -47,6 +47,25 @@ fn epoch_data<B: AutodiffBackend>(
     common::plain(order, position)
 }
 
+/// Fits on `batches` (rotated per epoch); returns the summary and how many epochs ended (the
+/// end-of-epoch closure's calls).
+fn fit_counting_epoch_ends<B: AutodiffBackend, O: burn::optim::Optimizer<Mlp<B>, B>>(
+    trainer: &mut Trainer<B, Mlp<B>, O, LinearLrScheduler>,
+    batches: &[Batch<B>],
+) -> (kiln_ml_train::FitSummary, u32) {
+    let mut ends = 0;
+    let summary = trainer
+        .fit_with(
+            |p| epoch_data(batches, p),
+            |_, _| {
+                ends += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+    (summary, ends)
+}
+
 fn loss_bits(reports: &[kiln_ml_core::StepReport]) -> Vec<u64> {
     reports
         .iter()
@@ -279,16 +298,7 @@ fn every_steps_counts_the_steps_an_epoch_end_flushes() {
     resumed
         .load_checkpoint(&dir.path().join("step-000000000003.kiln"))
         .unwrap();
-    let mut ends = 0;
-    resumed
-        .fit_with(
-            |p| epoch_data(&batches, p),
-            |_, _| {
-                ends += 1;
-                Ok(())
-            },
-        )
-        .unwrap();
+    let (_, ends) = fit_counting_epoch_ends(&mut resumed, &batches);
     assert_eq!(ends, 3, "epoch 0's end and epochs 1 and 2");
     assert_eq!(common::params(resumed.model()), common::params(run.model()));
 }
@@ -306,16 +316,7 @@ fn max_steps_on_an_epochs_last_batch_still_ends_the_epoch() {
     let mut run = trainer::<B>(&device, stopping, 1);
     let recorder = common::recorder();
     run.add_observer(recorder.clone());
-    let mut ends = 0;
-    let summary = run
-        .fit_with(
-            |p| epoch_data(&batches, p),
-            |_, _| {
-                ends += 1;
-                Ok(())
-            },
-        )
-        .unwrap();
+    let (summary, ends) = fit_counting_epoch_ends(&mut run, &batches);
     assert!(summary.reached_max_steps);
     assert_eq!(ends, 1);
     assert_eq!(run.epoch(), 1);
@@ -333,16 +334,7 @@ fn max_steps_on_an_epochs_last_batch_still_ends_the_epoch() {
             .with_max_steps(Some(BATCHES as u64 - 1)),
         1,
     );
-    let mut ends = 0;
-    short
-        .fit_with(
-            |p| epoch_data(&batches, p),
-            |_, _| {
-                ends += 1;
-                Ok(())
-            },
-        )
-        .unwrap();
+    let (_, ends) = fit_counting_epoch_ends(&mut short, &batches);
     assert_eq!((ends, short.epoch()), (0, 0));
 }
 
