@@ -29,6 +29,17 @@ const BATCH: u64 = 25;
 
 /// Six files of uneven size (ids 0..600 in order), row groups of at most 50 rows; returns the
 /// files.
+/// The dataset's files, in the order a directory walk finds them (and their ids run): name by
+/// name, so `en/` comes before `en-US/`, where whole keys sort `-` before `/`.
+const FILES: [&str; 6] = [
+    "en/part-0.parquet",
+    "en-US/part-1.parquet",
+    "part-2.parquet",
+    "part-3.parquet",
+    "part-4.parquet",
+    "part-5.parquet",
+];
+
 fn write_dataset(dir: &Path) -> Vec<PathBuf> {
     let sizes = [40u32, 150, 60, 200, 90, 60];
     let properties = WriterProperties::builder()
@@ -43,7 +54,8 @@ fn write_dataset(dir: &Path) -> Vec<PathBuf> {
         let batch =
             RecordBatch::try_from_iter([("id", Arc::new(ids) as _), ("x", Arc::new(x) as _)])
                 .unwrap();
-        let path = dir.join(format!("part-{index}.parquet"));
+        let path = dir.join(FILES[index]);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let mut writer = ArrowWriter::try_new(
             std::fs::File::create(&path).unwrap(),
             batch.schema(),
@@ -61,8 +73,7 @@ fn write_dataset(dir: &Path) -> Vec<PathBuf> {
 /// must skip.
 fn upload(server: &S3Server, paths: &[PathBuf]) {
     server.create_bucket(BUCKET);
-    for path in paths {
-        let name = path.file_name().unwrap().to_string_lossy();
+    for (path, name) in paths.iter().zip(FILES) {
         server.put(
             BUCKET,
             &format!("data/{name}"),
@@ -120,7 +131,8 @@ fn remote_epochs_deliver_what_local_disk_does() {
         .map(|path| path.display().to_string())
         .collect();
     assert_eq!(names.len(), 6);
-    assert_eq!(names[0], "s3://kiln/data/part-0.parquet");
+    assert_eq!(names[0], "s3://kiln/data/en/part-0.parquet");
+    assert_eq!(names[1], "s3://kiln/data/en-US/part-1.parquet");
     let rows = |source: &ParquetSource| -> Vec<u64> {
         source.blocks().iter().map(|block| block.rows).collect()
     };

@@ -243,6 +243,48 @@ mod tests {
     }
 
     #[test]
+    fn an_object_store_listing_sorts_as_a_directory_is_walked() {
+        // Names where whole-key order differs: `-` and `.` sort before `/`.
+        let keys = [
+            "en-US/c.parquet",
+            "a.parquet",
+            "en/b.parquet",
+            "a/x.parquet",
+            "en/sub/d.parquet",
+        ];
+        let dir = tree(&keys);
+        let root = dir.path().canonicalize().unwrap();
+        let walked: Vec<String> = discover(&[Input::Dir(dir.path().to_owned())], false)
+            .unwrap()
+            .iter()
+            .map(|found| {
+                found
+                    .path
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(
+            walked,
+            [
+                "a/x.parquet",
+                "a.parquet",
+                "en/b.parquet",
+                "en/sub/d.parquet",
+                "en-US/c.parquet"
+            ]
+        );
+        let mut listed = keys.to_vec();
+        listed.sort_by(|a, b| super::super::walk::path_order(a, b));
+        assert_eq!(listed, walked);
+        let mut whole_keys = keys.to_vec();
+        whole_keys.sort();
+        assert_ne!(whole_keys, walked, "the case this test is about");
+    }
+
+    #[test]
     fn globs_skip_other_tools_names_unless_the_pattern_spells_them() {
         let dir = tree(&[
             "a.parquet",

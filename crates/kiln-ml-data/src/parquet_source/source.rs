@@ -120,7 +120,8 @@ impl ParquetSourceBuilder {
     /// (`s3`, `gcs`, `azure`, `http`); `file://` URLs are local paths and always work.
     ///
     /// A URL whose key ends in `.parquet` or `.parq` is one object; any other is a prefix, and
-    /// every Parquet object under it is read, in key order, skipping keys with a part that
+    /// every Parquet object under it is read, in path order (part by part, as a directory of
+    /// the same files is walked: `en/` before `en-US/`), skipping keys with a part that
     /// starts with `_` or `.` and turning `key=value` parts into columns, as for
     /// [`dir`](Self::dir). Credentials and settings come from the environment as
     /// `object_store` reads them (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, `AWS_ENDPOINT`,

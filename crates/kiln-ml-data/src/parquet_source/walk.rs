@@ -12,7 +12,15 @@ pub(crate) fn is_skipped_name(name: &str) -> bool {
     name.starts_with('_') || name.starts_with('.')
 }
 
-/// A recursive directory walk in path order that follows links.
+/// The order a [`Walk`] finds files in, for `/`-separated relative paths (object-store keys):
+/// name by name, each compared byte by byte. A directory's files all come before those of a
+/// sibling whose name it is a prefix of (`en/` before `en-US/`), and a directory `a/` before a
+/// file `a.parquet`, where comparing whole keys puts `-` and `.` before `/`.
+pub(crate) fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.split('/').cmp(b.split('/'))
+}
+
+/// A recursive directory walk in path order ([`path_order`]) that follows links.
 pub(crate) struct Walk<'a> {
     /// Which files (and dangling links) are wanted.
     accept: Box<dyn Fn(&Path) -> bool + 'a>,

@@ -9,8 +9,10 @@ use object_store::path::Path as ObjectPath;
 use super::fetch::{remote_error, with_retries};
 use super::store::RemoteStore;
 use crate::Result;
+use crate::parquet_source::walk::path_order;
 
-/// Every `*.parquet` (or `*.parq`) object under `prefix`, recursively, sorted by key. As for a
+/// Every `*.parquet` (or `*.parq`) object under `prefix`, recursively, in a local walk's order
+/// (name by name: [`path_order`]). As for a
 /// local directory, keys with a part below the prefix that starts with `_` or `.`
 /// (`_delta_log/`, `_SUCCESS`, `.staging/`) belong to other tools and are skipped. The whole
 /// listing is retried on a transient failure.
@@ -35,7 +37,8 @@ pub(crate) fn list_objects(store: &RemoteStore, prefix: &ObjectPath) -> Result<V
         .into_iter()
         .filter(|meta| is_listed(prefix, &meta.location))
         .collect();
-    found.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+    // The order a local directory of the same files is walked in: one dataset, one plan.
+    found.sort_by(|a, b| path_order(a.location.as_ref(), b.location.as_ref()));
     Ok(found)
 }
 
