@@ -6,8 +6,9 @@
 //!    20x between the smallest and the largest), in row groups of at most `--row-group-rows`.
 //! 2. Measures full epochs through kiln-ml-data's `Loader` (warm page cache, `--workers` threads),
 //!    collating column by column (`--collate columnar`, the default: `columnar_fn` over the
-//!    decoded Arrow chunks) or per sample (`--collate per-sample`: a `RowDecoder` of `Row`s),
-//!    on the loader's default configuration unless told otherwise.
+//!    decoded Arrow chunks) or per sample (`--collate per-sample`: a `RowDecoder` of `Row`s)
+//!    into a `[batch, 16]` feature matrix and the batch's labels (what the peers' torch readers
+//!    deliver), on the loader's default configuration unless told otherwise.
 //!    Sequential and block-shuffle epochs run side by side in `--repeats` rounds of 3
 //!    back-to-back epochs each (every epoch announces the next with `Epoch::prefetch_next`);
 //!    the figures are the medians of the 2nd and 3rd epochs, and of the 1st for "one epoch with

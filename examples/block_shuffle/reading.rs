@@ -14,7 +14,8 @@ use kiln_ml::data::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 use kiln_ml::data::{
-    Collate, Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn, columnar_fn, float_matrix,
+    Collate, Loader, LoaderConfig, ParquetSource, RowDecoder, collate_fn, columnar_fn,
+    float_matrix, int_vector,
 };
 use kiln_ml::sampler::quality::{self, QualityOptions};
 use kiln_ml::sampler::{BlockShuffleSampler, RandomSampler, SequentialSampler, Sharding};
@@ -23,7 +24,11 @@ use rayon::prelude::*;
 use kiln_ml_examples::shuffle_dataset::{FEATURES, Row};
 use kiln_ml_examples::timing::{CHAIN_EPOCHS, median, run_chain};
 
-/// How the loader turns a batch's rows into the `[batch, 16]` feature matrix.
+/// A collated batch: the `[batch, 16]` feature matrix (row-major) and the rows' labels, as the
+/// peers' torch readers deliver them (`benches/peers/readers.py`).
+pub type FeaturesAndLabels = (Vec<f32>, Vec<i64>);
+
+/// How the loader turns a batch's rows into its [`FeaturesAndLabels`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CollateMode {
     /// Column by column from the decoded Arrow chunks (`columnar_fn` over `ArrowRow`s).
@@ -147,10 +152,9 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
 ) -> Result<Outcome> {
     match setup.collate {
         CollateMode::PerSample => {
-            let stack = collate_fn(|rows: Vec<Row>| {
-                rows.iter()
-                    .flat_map(|row| row.features)
-                    .collect::<Vec<f32>>()
+            let stack = collate_fn(|rows: Vec<Row>| -> FeaturesAndLabels {
+                let features = rows.iter().flat_map(|row| row.features).collect();
+                (features, rows.iter().map(|row| row.label).collect())
             });
             let loader = Loader::with_shared_source(Arc::clone(setup.source), stack, setup.config)?;
             run_job(setup, &loader, job)
@@ -158,10 +162,13 @@ pub fn measure<D: RowDecoder<Item = Row> + 'static>(
         CollateMode::Columnar => {
             // The same files, rows as handles on their decoded chunks.
             let source = ParquetSource::builder().files(setup.paths).build()?;
-            let matrix = columnar_fn(|columns: RecordBatch| {
-                float_matrix(&columns, &FEATURES).expect("the dataset's 16 feature columns")
+            let batch = columnar_fn(|columns: RecordBatch| -> FeaturesAndLabels {
+                (
+                    float_matrix(&columns, &FEATURES).expect("the dataset's 16 feature columns"),
+                    int_vector(&columns, "label").expect("the dataset's label column"),
+                )
             });
-            let loader = Loader::new(source, matrix, setup.config)?;
+            let loader = Loader::new(source, batch, setup.config)?;
             run_job(setup, &loader, job)
         }
     }
@@ -172,7 +179,7 @@ where
     D: RowDecoder<Item = Row> + 'static,
     S: BlockSource + BlockLayout + 'static,
     S::Item: Clone + 'static,
-    C: Collate<S::Item, Output = Vec<f32>> + 'static,
+    C: Collate<S::Item, Output = FeaturesAndLabels> + 'static,
 {
     match job {
         Job::Compare => measure_with(setup, loader).map(Outcome::Compared),
@@ -191,7 +198,7 @@ where
     D: RowDecoder<Item = Row> + 'static,
     S: BlockSource + BlockLayout + 'static,
     S::Item: Clone + 'static,
-    C: Collate<S::Item, Output = Vec<f32>> + 'static,
+    C: Collate<S::Item, Output = FeaturesAndLabels> + 'static,
 {
     let source = setup.source.as_ref();
     let rows = source.num_samples() as f64;
@@ -216,7 +223,7 @@ where
     D: RowDecoder<Item = Row> + 'static,
     S: BlockSource + BlockLayout + 'static,
     S::Item: Clone + 'static,
-    C: Collate<S::Item, Output = Vec<f32>> + 'static,
+    C: Collate<S::Item, Output = FeaturesAndLabels> + 'static,
 {
     let source = setup.source;
     let rows = source.num_samples() as f64;
