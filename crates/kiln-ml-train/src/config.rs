@@ -334,6 +334,16 @@ impl TrainerConfig {
             );
         }
         if let Some(checkpoint) = &self.checkpoint {
+            if checkpoint.directory.as_os_str().is_empty() {
+                // `Path::new("").join(name)` is `name`: the files would land in the current
+                // directory, where a listing of "" finds none of them, so none would ever be
+                // pruned nor found to resume from. Usually an unset setting.
+                return bad(
+                    "checkpoint.directory",
+                    "\"\"".to_owned(),
+                    "is empty: name a directory (\".\" for the current one)",
+                );
+            }
             if checkpoint.every_steps == 0 && !checkpoint.at_epoch_end {
                 return bad(
                     "checkpoint.every_steps",
@@ -424,6 +434,10 @@ mod tests {
                 TrainerConfig::new()
                     .with_checkpoint(Some(CheckpointConfig::new("x").with_keep_last(0))),
                 "checkpoint.keep_last",
+            ),
+            (
+                TrainerConfig::new().with_checkpoint(Some(CheckpointConfig::new(""))),
+                "checkpoint.directory",
             ),
         ];
         for (config, field) in cases {
