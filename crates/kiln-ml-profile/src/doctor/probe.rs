@@ -92,8 +92,11 @@ fn ram() -> RamSummary {
         total_bytes: system.total_memory(),
         available_bytes: system.available_memory(),
     };
-    // In a container the cgroup's limit is what this process can have.
-    if let Some(limits) = system.cgroup_limits() {
+    // In a container the cgroup's limit is what this process can have. sysinfo asserts that
+    // the memory was read first: where /proc/meminfo cannot be read (total 0), it would panic.
+    if ram.total_bytes > 0
+        && let Some(limits) = system.cgroup_limits()
+    {
         ram.total_bytes = ram.total_bytes.min(limits.total_memory);
         ram.available_bytes = ram.available_bytes.min(limits.free_memory);
     }
