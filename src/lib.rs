@@ -14,8 +14,9 @@
 //! | `train` | [`train`] | `kiln-ml-train`: the training loop |
 //! | `metrics` | [`metrics`] | `kiln-ml-metrics`: trajectory metrics |
 //! | `profile` | [`profile`] | `kiln-ml-profile`: phase timing, device monitor, batch-size finder, verdicts, MFU |
-//! | `cuda` | — | Burn's CUDA backend with fusion and autotune |
-//! | `wgpu` | — | Burn's wgpu backend on Vulkan with fusion and autotune (GPUs, or lavapipe on the CPU) |
+//! | `cuda` | — | Burn's CUDA backend with fusion |
+//! | `wgpu` | — | Burn's wgpu backend on Vulkan with fusion (GPUs, or lavapipe on the CPU) |
+//! | `autotune` | — | Burn's autotuning of its GPU kernels, off by default (see [`backend`]) |
 //!
 //! ```
 //! use kiln_ml::core::{BlockLayout, Fingerprint, Layout};
