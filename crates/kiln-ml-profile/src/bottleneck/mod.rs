@@ -25,7 +25,7 @@ pub struct StepRun {
 }
 
 /// The device's mean utilization (percent) between two offsets of the profile's clock.
-pub type UtilizationSource<'a> = Box<dyn Fn(Duration, Duration) -> Option<f64> + 'a>;
+type UtilizationSource<'a> = Box<dyn Fn(Duration, Duration) -> Option<f64> + 'a>;
 
 /// Runs the cached-batch test and decides.
 ///
@@ -77,27 +77,28 @@ impl<'a> Bottleneck<'a> {
 
     /// Reads the device's utilization over each measured run from `source`, given offsets on
     /// `clock` (a [`DeviceMonitor`](crate::DeviceMonitor) on the same clock answers this).
-    pub fn utilization(mut self, clock: Clock, source: UtilizationSource<'a>) -> Self {
+    pub fn utilization(
+        mut self,
+        clock: Clock,
+        source: impl Fn(Duration, Duration) -> Option<f64> + 'a,
+    ) -> Self {
         self.clock = clock;
-        self.utilization = Some(source);
+        self.utilization = Some(Box::new(source));
         self
     }
 
     /// Reads the device's utilization from `monitor`'s samples (NVML), on the monitor's clock.
     /// Without NVML the samples carry no utilization and the verdict says so.
     pub fn with_monitor(self, monitor: &'a crate::DeviceMonitor) -> Self {
-        self.utilization(
-            monitor.clock(),
-            Box::new(move |from, to| {
-                let values: Vec<f64> = monitor
-                    .samples_so_far()
-                    .iter()
-                    .filter(|sample| from <= sample.at && sample.at <= to)
-                    .filter_map(|sample| sample.gpu_utilization_percent)
-                    .collect();
-                (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-            }),
-        )
+        self.utilization(monitor.clock(), move |from, to| {
+            let values: Vec<f64> = monitor
+                .samples_so_far()
+                .iter()
+                .filter(|sample| from <= sample.at && sample.at <= to)
+                .filter_map(|sample| sample.gpu_utilization_percent)
+                .collect();
+            (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+        })
     }
 
     /// Measures `cached_step` (one batch kept on the device) then `real_step` (the loader),
