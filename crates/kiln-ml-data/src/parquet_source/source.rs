@@ -297,7 +297,7 @@ impl<D: RowDecoder> ParquetSource<D> {
         }
     }
 
-    /// The files, in layout order (file id `i` is `paths()[i]`).
+    /// The files, in layout order (file id `i` is the `i`-th: `paths().nth(i)`).
     pub fn paths(&self) -> impl ExactSizeIterator<Item = &Path> {
         self.files.iter().map(ParquetFile::path)
     }
