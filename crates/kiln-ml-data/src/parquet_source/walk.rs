@@ -16,6 +16,7 @@ pub(crate) fn is_skipped_name(name: &str) -> bool {
 /// name by name, each compared byte by byte. A directory's files all come before those of a
 /// sibling whose name it is a prefix of (`en/` before `en-US/`), and a directory `a/` before a
 /// file `a.parquet`, where comparing whole keys puts `-` and `.` before `/`.
+#[cfg(any(feature = "remote", test))]
 pub(crate) fn path_order(a: &str, b: &str) -> std::cmp::Ordering {
     a.split('/').cmp(b.split('/'))
 }
