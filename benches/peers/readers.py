@@ -19,6 +19,9 @@ batched by `DataLoader` (`batch_size`, `num_workers`, the default collate). Each
 epoch or `--seconds`, whichever ends first, after one warm-up batch; the rate is samples
 delivered over that time. Distinct files per batch is the mean number of different source files
 in a batch (the ideal for a uniform shuffle is printed by the caller).
+
+`--only-scans` times the two pyarrow scans alone: `run.sh` alternates that with kiln's
+sequential epochs, so their ratio is taken from rounds a few seconds apart.
 """
 
 import argparse
@@ -174,6 +177,8 @@ def main():
     parser.add_argument("--buffer", type=int, default=16384, help="shuffle-buffer samples")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--only-scans", action="store_true",
+                        help="time only the two pyarrow scans (for rounds interleaved with kiln's)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -196,6 +201,10 @@ def main():
     print(f"  pyarrow scan, threads  {results['pyarrow_scan_threaded']['rows_per_s']:12.0f} rows/s",
           flush=True)
     del handles
+    if args.only_scans:
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return
     readers = {
         "torch_sequential": DataLoader(dataset, shuffle=False, **common),
         "torch_random": DataLoader(dataset, shuffle=True, generator=generator, **common),

@@ -3,11 +3,37 @@
 Inputs: the `block_shuffle` example's JSON (kiln's loader on the same files), `readers.py`'s
 JSON (pyarrow and the torch readers) and `metrics_av2.py`'s JSON (kiln-ml-metrics against av2).
 Prints the rates and ratios side by side and whether each target of the comparison is met.
+
+With `--scan-rounds`, pairs of JSON files from rounds that alternate kiln's sequential epochs
+(`block_shuffle --only sequential`) with pyarrow's scans (`readers.py --only-scans`): the ratios
+to pyarrow are then the medians of the rounds' paired ratios, each taken seconds apart, rather
+than one run's figures against another's minutes later.
 """
 
 import argparse
 import json
+import statistics
 from pathlib import Path
+
+
+def scan_rounds(paths):
+    """Each round's kiln sequential rate and pyarrow scans, from (kiln, scans) JSON pairs."""
+    if len(paths) % 2:
+        raise SystemExit("--scan-rounds takes pairs: kiln's JSON, then the scans' JSON")
+    rounds = []
+    for kiln_path, scans_path in zip(paths[::2], paths[1::2]):
+        kiln = json.loads(Path(kiln_path).read_text())
+        scans = json.loads(Path(scans_path).read_text())
+        rounds.append({
+            "kiln_sequential_rows_per_s": kiln["steady_rows_per_s"],
+            "pyarrow_scan_rows_per_s": scans["pyarrow_scan"]["rows_per_s"],
+            "pyarrow_scan_threaded_rows_per_s": scans["pyarrow_scan_threaded"]["rows_per_s"],
+        })
+    for paired in rounds:
+        kiln = paired["kiln_sequential_rows_per_s"]
+        paired["sequential_vs_pyarrow_scan"] = kiln / paired["pyarrow_scan_rows_per_s"]
+        paired["sequential_vs_pyarrow_threaded_scan"] = kiln / paired["pyarrow_scan_threaded_rows_per_s"]
+    return rounds
 
 
 def main():
@@ -15,6 +41,8 @@ def main():
     parser.add_argument("--kiln", type=Path, required=True, help="block_shuffle --json output")
     parser.add_argument("--readers", type=Path, required=True, help="readers.py --json output")
     parser.add_argument("--metrics", type=Path, required=True, help="metrics_av2.py --json output")
+    parser.add_argument("--scan-rounds", nargs="*", default=[],
+                        help="kiln sequential and pyarrow scan JSON files, in pairs, one per round")
     parser.add_argument("--json", type=Path, help="write the combined figures here")
     args = parser.parse_args()
     kiln = json.loads(args.kiln.read_text())
@@ -59,6 +87,11 @@ def main():
         "metrics_vs_av2": (f["kiln_metrics_agents_per_s"] / f["av2_agents_per_s"]) if f["av2_agents_per_s"] else None,
         "metrics_vs_numpy": f["kiln_metrics_agents_per_s"] / f["numpy_agents_per_s"],
     }
+    rounds = scan_rounds(args.scan_rounds)
+    if rounds:
+        figures["scan_rounds"] = rounds
+        for key in ("sequential_vs_pyarrow_scan", "sequential_vs_pyarrow_threaded_scan"):
+            ratios[key] = statistics.median(paired[key] for paired in rounds)
     figures.update(ratios)
     difference = f["kiln_vs_av2_max_relative_difference"]
     targets = {
@@ -90,6 +123,16 @@ def main():
     for label, rate, distinct in rows:
         shown = "-" if distinct is None else f"{distinct:.1f}"
         print(f"{label:<52}{rate:14.0f}{shown:>13}")
+    if rounds:
+        print(f"\n{'kiln sequential against pyarrow, alternating rounds':<52}{'rows/s':>14}{'ratio':>13}")
+        for number, paired in enumerate(rounds, start=1):
+            print(f"{f'round {number}: kiln sequential':<52}{paired['kiln_sequential_rows_per_s']:14.0f}")
+            print(f"{f'round {number}: pyarrow scan, 1 thread':<52}{paired['pyarrow_scan_rows_per_s']:14.0f}"
+                  f"{paired['sequential_vs_pyarrow_scan']:12.2f}x")
+            print(f"{f'round {number}: pyarrow scan, its thread pool':<52}"
+                  f"{paired['pyarrow_scan_threaded_rows_per_s']:14.0f}"
+                  f"{paired['sequential_vs_pyarrow_threaded_scan']:12.2f}x")
+        print("(the ratios below to pyarrow are the medians of these rounds)")
     av2_rate = f["av2_agents_per_s"]
     print(f"\n{'metrics (Argoverse 2, one core)':<52}{'agents/s':>14}")
     print(f"{'kiln-ml-metrics host path':<52}{f['kiln_metrics_agents_per_s']:14.0f}")
