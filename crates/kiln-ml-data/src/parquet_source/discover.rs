@@ -219,6 +219,22 @@ mod tests {
         dir
     }
 
+    /// The found files' paths relative to `dir`, as text.
+    fn relative_names(files: &[Found], dir: &Path) -> Vec<String> {
+        let root = dir.canonicalize().unwrap();
+        files
+            .iter()
+            .map(|found| {
+                found
+                    .path
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect()
+    }
+
     #[test]
     fn directories_are_walked_in_path_order() {
         let dir = tree(&[
@@ -229,16 +245,7 @@ mod tests {
             ".hidden.parquet",
         ]);
         let files = discover(&[Input::Dir(dir.path().to_owned())], true).unwrap();
-        let names: Vec<_> = files
-            .iter()
-            .map(|found| {
-                found
-                    .path
-                    .strip_prefix(dir.path().canonicalize().unwrap())
-                    .unwrap()
-            })
-            .map(|path| path.to_string_lossy().into_owned())
-            .collect();
+        let names = relative_names(&files, dir.path());
         assert_eq!(names, ["a.parquet", "b.parquet", "sub/c.parquet"]);
     }
 
@@ -253,19 +260,8 @@ mod tests {
             "en/sub/d.parquet",
         ];
         let dir = tree(&keys);
-        let root = dir.path().canonicalize().unwrap();
-        let walked: Vec<String> = discover(&[Input::Dir(dir.path().to_owned())], false)
-            .unwrap()
-            .iter()
-            .map(|found| {
-                found
-                    .path
-                    .strip_prefix(&root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
+        let files = discover(&[Input::Dir(dir.path().to_owned())], false).unwrap();
+        let walked = relative_names(&files, dir.path());
         assert_eq!(
             walked,
             [
@@ -296,19 +292,10 @@ mod tests {
         ]);
         let names = |pattern: &str| -> Vec<String> {
             let pattern = format!("{}/{pattern}", dir.path().display());
-            let root = dir.path().canonicalize().unwrap();
-            discover(&[Input::Glob(pattern)], true)
-                .unwrap()
-                .iter()
-                .map(|found| {
-                    found
-                        .path
-                        .strip_prefix(&root)
-                        .unwrap()
-                        .display()
-                        .to_string()
-                })
-                .collect()
+            relative_names(
+                &discover(&[Input::Glob(pattern)], true).unwrap(),
+                dir.path(),
+            )
         };
         assert_eq!(names("*"), ["a.parquet"]);
         assert_eq!(names("**/*.parquet"), ["a.parquet", "sub/e.parquet"]);
