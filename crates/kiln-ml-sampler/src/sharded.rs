@@ -137,6 +137,8 @@ mod tests {
             SequentialSampler::new(sharding).settings_fingerprint(),
             SequentialSampler::new(Sharding::new(8, RemainderPolicy::Drop)).settings_fingerprint(),
             SequentialSampler::new(Sharding::new(4, RemainderPolicy::Pad)).settings_fingerprint(),
+            SequentialSampler::new(Sharding::new(4, RemainderPolicy::Uneven))
+                .settings_fingerprint(),
             RandomSampler::new(sharding).settings_fingerprint(),
             block(BlockShuffleConfig::default().with_sharding(sharding)),
             block(
@@ -149,6 +151,12 @@ mod tests {
                     .with_sharding(sharding)
                     .with_buffer_samples(7),
             ),
+            block(
+                BlockShuffleConfig::default()
+                    .with_sharding(sharding)
+                    .with_stratified(false),
+            ),
+            block(BlockShuffleConfig::block_order_only().with_sharding(sharding)),
         ];
         for (i, a) in all.iter().enumerate() {
             assert!(a.is_some());

@@ -158,6 +158,11 @@ proptest! {
         };
         let union = reassemble(&plans, batch_size as usize);
         let global = global_order(kind, &layout, seed, 3);
+        // The global order itself is a permutation of the epoch's samples, whatever the
+        // layout (empty blocks, one huge block, thousands of tiny ones).
+        let mut sorted = global.clone();
+        sorted.sort_unstable();
+        prop_assert_eq!(sorted, (0..samples).collect::<Vec<_>>());
         let seen = counts(&union);
         match policy {
             RemainderPolicy::Uneven => {
