@@ -130,8 +130,9 @@ fn a_failed_write_serves_the_samples_uncached() {
     assert_eq!(cached.stats().failed_writes, 2);
     let error = cached.disk().last_write_error().unwrap();
     assert!(error.contains("cache"), "the error names the path: {error}");
-    // Building the cache on purpose does fail.
-    assert!(cached.warm().is_err());
+    // Building the cache on purpose does fail, naming the write and where.
+    let error = cached.warm().unwrap_err().to_string();
+    assert!(error.contains("cache"), "the error names the path: {error}");
 }
 
 #[test]
@@ -142,9 +143,11 @@ fn a_crash_between_write_and_rename_leaves_the_cache_consistent() {
     let complete = cached
         .encode_block(0, &cached.compute_block(0).unwrap())
         .unwrap();
-    // What a writer killed before its rename leaves: a partial temporary file, no segment.
-    let digest = cached.key(0).digest();
-    let leftover = dir.path().join(format!(".{digest}.99999.0.tmp"));
+    // What a writer killed before its rename leaves: a partial temporary file named as
+    // `write_atomic` names them (`.<segment name>.<random>.tmp`), no segment.
+    let leftover = dir
+        .path()
+        .join(format!(".{}.a1b2c3.tmp", cached.key(0).file_name()));
     std::fs::write(&leftover, &complete[..complete.len() / 2]).unwrap();
     drop(cached);
 
@@ -153,6 +156,10 @@ fn a_crash_between_write_and_rename_leaves_the_cache_consistent() {
         reopened.stats().disk_bytes,
         0,
         "temporary files are not segments"
+    );
+    assert!(
+        leftover.exists(),
+        "a fresh temporary file is kept: its writer may still rename it"
     );
     let cached = Cached::new(source(), counted(1, &calls), reopened);
     let block = cached.blocks()[0];

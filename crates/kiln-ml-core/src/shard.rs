@@ -106,7 +106,10 @@ mod tests {
             Shard::new(4, 4).unwrap_err(),
             Error::InvalidShard { rank: 4, world: 4 }
         );
-        assert!(Shard::new(0, 0).is_err());
+        assert_eq!(
+            Shard::new(0, 0).unwrap_err(),
+            Error::InvalidShard { rank: 0, world: 0 }
+        );
     }
 
     #[test]

@@ -387,7 +387,8 @@ mod tests {
             init_scale: f32::INFINITY,
             ..Default::default()
         });
-        assert!(config.validate().is_err());
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("loss_scaler.init_scale"), "{error}");
     }
 
     #[test]

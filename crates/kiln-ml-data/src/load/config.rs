@@ -124,11 +124,15 @@ mod tests {
         assert!(LoaderConfig::default().validate().is_ok());
         let error = LoaderConfig::new().with_workers(0).validate().unwrap_err();
         assert!(error.to_string().contains("at least 1 worker"), "{error}");
+        let error = LoaderConfig::new()
+            .with_prefetch_batches(0)
+            .validate()
+            .unwrap_err();
         assert!(
-            LoaderConfig::new()
-                .with_prefetch_batches(0)
-                .validate()
-                .is_err()
+            error
+                .to_string()
+                .contains("prefetch depth of at least 1 batch"),
+            "{error}"
         );
         let error = LoaderConfig::new()
             .with_prefetch_bytes(0)

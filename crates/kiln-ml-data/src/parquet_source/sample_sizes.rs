@@ -203,6 +203,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("not of integer sizes"), "{error}");
-        assert!(builder.sample_sizes("nope").is_err());
+        let error = builder.sample_sizes("nope").unwrap_err().to_string();
+        assert!(
+            error.contains("column \"nope\" is not in") && error.contains("its columns"),
+            "{error}"
+        );
     }
 }
