@@ -132,4 +132,26 @@ mod tests {
         assert_eq!(sums.mean_average_precision(false), Some(0.75));
         assert_eq!(sums.buckets[1].predictions, 1);
     }
+
+    #[test]
+    fn a_later_match_before_a_true_positive_lowers_map_but_not_soft_map() {
+        // Above, the later match comes after the last true positive, where a false positive
+        // changes nothing; here a second prediction's true positive ranks below it.
+        let mut sums = PrecisionSums::default();
+        sums.add(
+            1,
+            [
+                sample(0.8, MatchOutcome::Miss),
+                sample(0.5, MatchOutcome::FirstMatch),
+                sample(0.3, MatchOutcome::LaterMatch),
+            ],
+        );
+        sums.add(1, [sample(0.2, MatchOutcome::FirstMatch)]);
+        // mAP, ranked F T F T of 2: curve (0, 0), (1/2, 1/2), (1/2, 1/3), (1, 1/2); the
+        // interpolated area is 1 × 1/2.
+        assert_eq!(sums.mean_average_precision(false), Some(0.5));
+        // Soft mAP, the later match left out, F T T: (0, 0), (1/2, 1/2), (1, 2/3): 2/3.
+        let soft = sums.mean_average_precision(true).unwrap();
+        assert!((soft - 2.0 / 3.0).abs() < 1e-6, "{soft}");
+    }
 }

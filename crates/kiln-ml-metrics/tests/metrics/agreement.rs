@@ -342,6 +342,8 @@ fn distance_thresholds_not_exact_in_f32_miss_alike_on_both_paths() {
         (9.01, None, 9.01f32, 1.0),
         (2.1, Some(true), 2.1f32, 0.0),
         (2.1, Some(false), 2.1f32, 0.0),
+        // Exclusive max distance above its threshold: only an f64 comparison says miss.
+        (9.01, Some(false), 9.01f32, 1.0),
     ] {
         let case = Case::from_points(&[vec![vec![[distance, 0.0]]]], &[vec![[0.0, 0.0]]]);
         let mut config = MetricsConfig::argoverse2();

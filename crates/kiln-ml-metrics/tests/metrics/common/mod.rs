@@ -179,6 +179,11 @@ pub fn assert_reports_close(left: &MetricReport, right: &MetricReport, tolerance
         for (x, y, name) in pairs {
             assert_option_close(x, y, tolerance, name);
         }
+        assert_eq!(a.last_step, b.last_step, "horizons differ");
+        let ks = |report: &kiln_ml_metrics::HorizonReport| -> Vec<usize> {
+            report.top_k.iter().map(|entry| entry.k).collect()
+        };
+        assert_eq!(ks(a), ks(b), "top-K entries differ:\n{left:#?}\n{right:#?}");
         for (x, y) in a.top_k.iter().zip(&b.top_k) {
             let fields = [
                 (x.min_ade, y.min_ade, "min_ade"),
