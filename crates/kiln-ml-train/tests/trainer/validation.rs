@@ -15,13 +15,18 @@ fn validation_feeds_metrics<B: AutodiffBackend>(device: B::Device) {
 
     // Reference: the mean squared error of the first 3 batches, computed directly.
     let model = trainer.model().valid();
-    let mut errors = Vec::new();
-    for batch in &batches[..3] {
-        let predictions = model.forward(batch.inputs.clone());
-        let squared = (predictions - batch.targets.clone()).powi_scalar(2);
-        errors.extend(squared.into_data().iter::<f64>());
-    }
-    let expected = errors.iter().sum::<f64>() / errors.len() as f64;
+    let squared_errors = |batches: &[common::Batch<B::InnerBackend>]| -> Vec<f64> {
+        let mut errors = Vec::new();
+        for batch in batches {
+            let predictions = model.forward(batch.inputs.clone());
+            let squared = (predictions - batch.targets.clone()).powi_scalar(2);
+            errors.extend(squared.into_data().iter::<f64>());
+        }
+        errors
+    };
+    let mean = |errors: &[f64]| errors.iter().sum::<f64>() / errors.len() as f64;
+    let mut errors = squared_errors(&batches[..3]);
+    let expected = mean(&errors);
 
     let mut metric = MeanMetric::default();
     let value = trainer
@@ -29,9 +34,18 @@ fn validation_feeds_metrics<B: AutodiffBackend>(device: B::Device) {
         .unwrap()
         .unwrap();
     assert!((value - expected).abs() < 1e-9, "{value} vs {expected}");
-    // The metric accumulates across calls until reset.
-    trainer.validate(batches.clone(), &mut metric).unwrap();
-    assert!((metric.compute().unwrap() - expected).abs() < 1e-9);
+    // The metric accumulates across calls until reset: the other two batches added to the
+    // first three give the mean of all five.
+    trainer
+        .validate(batches[3..].to_vec(), &mut metric)
+        .unwrap();
+    errors.extend(squared_errors(&batches[3..]));
+    let all = mean(&errors);
+    assert!((metric.compute().unwrap() - all).abs() < 1e-9);
+    assert!(
+        (all - expected).abs() > 1e-6,
+        "the two means must differ to tell"
+    );
     metric.reset();
     assert_eq!(metric.compute(), None);
 
