@@ -54,19 +54,40 @@ fn binsearch_stops_at_the_budget_and_keeps_its_margin() -> usize {
 /// fixed size.
 fn power_and_shrink_answer_sizes_that_fit(largest: usize) {
     let model = model();
-    let power = BatchSizeFinder::new(FinderMode::Power)
-        .probe(probe())
-        .budget_bytes(BUDGET)
+    let finder = |mode| {
+        BatchSizeFinder::new(mode)
+            .probe(probe())
+            .budget_bytes(BUDGET)
+    };
+    let power = finder(FinderMode::Power)
         .run_restoring(&model, train)
         .unwrap();
     assert!(power.found.is_power_of_two(), "{power:?}");
-    let shrink = BatchSizeFinder::new(FinderMode::Shrink)
+    let shrink = finder(FinderMode::Shrink)
         .start(largest * 4)
-        .probe(probe())
-        .budget_bytes(BUDGET)
         .run_restoring(&model, train)
         .unwrap();
-    // Shrinking by 0.9 lands within 10% below the largest size that fits.
+    // Shrinking by 0.9 stops at its first size that fits, at or above the power of two.
     assert!(shrink.found >= power.found, "{shrink:?} vs {power:?}");
+    assert!(
+        shrink.trials.last().is_some_and(|trial| trial.fits),
+        "{shrink:?}"
+    );
     assert!(shrink.trials.iter().rev().skip(1).all(|trial| !trial.fits));
+    // Both answers fit when tried apart from their searches (they keep the 5% margin below
+    // what fitted), and neither exceeds the largest size the binary search found.
+    let check = finder(FinderMode::Power);
+    for report in [&power, &shrink] {
+        assert!(report.found <= largest, "{report:?} above {largest}");
+        let trial = check
+            .try_size(report.found, |batch, steps| {
+                train(model.clone(), batch, steps)
+            })
+            .unwrap();
+        assert!(
+            trial.fits,
+            "{:?} answered {} that does not fit: {trial:?}",
+            report.mode, report.found
+        );
+    }
 }
