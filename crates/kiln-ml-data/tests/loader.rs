@@ -5,7 +5,7 @@ mod common;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use burn::backend::Flex;
@@ -388,9 +388,10 @@ fn a_failed_read_ends_the_epoch_with_an_error_after_every_earlier_batch() {
     );
 }
 
-/// Blocks 0 and 3 fail, block 0 only after a while.
+/// Blocks 0 and 3 fail, block 0 only after block 3 has.
 struct TwoFailures {
     inner: MemorySource<u64>,
+    block_3_failed: AtomicBool,
 }
 
 impl BlockLayout for TwoFailures {
@@ -408,10 +409,21 @@ impl BlockSource for TwoFailures {
     fn read_block(&self, block: BlockIndex) -> std::result::Result<Vec<u64>, Self::Error> {
         match block {
             0 => {
-                std::thread::sleep(Duration::from_millis(50));
+                // Fails only after block 3 has failed (bounded: block 3 has a worker of its own).
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while !self.block_3_failed.load(Ordering::SeqCst)
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // Block 3's error still travels to the coordinator: let it get there first.
+                std::thread::sleep(Duration::from_millis(20));
                 Err(std::io::Error::other("block 0 is unreadable"))
             }
-            3 => Err(std::io::Error::other("block 3 is unreadable")),
+            3 => {
+                self.block_3_failed.store(true, Ordering::SeqCst);
+                Err(std::io::Error::other("block 3 is unreadable"))
+            }
             _ => Ok(self.inner.read_block(block).unwrap()),
         }
     }
@@ -423,6 +435,7 @@ fn of_two_failing_blocks_in_a_batch_the_error_names_the_first_in_schedule_order(
     // the schedule. Which one is named must not depend on which worker finishes first.
     let source = TwoFailures {
         inner: MemorySource::with_ids(&[&[1, 1, 1, 1]]),
+        block_3_failed: AtomicBool::new(false),
     };
     let loader = Loader::new(source, NoCollate, LoaderConfig::new().with_workers(4)).unwrap();
     let plan = InOrderSampler::new(4)
