@@ -165,7 +165,7 @@ struct Args {
     /// Keep an exponential moving average of the weights with this decay (0.999, say) and
     /// validate it too each epoch (`ema_min_ade` in `--json`); with `--checkpoint-dir`, its
     /// weights go to `DIR/ema.mpk` at the end. Kiln's trainer only.
-    #[arg(long)]
+    #[arg(long, value_parser = kiln_ml_examples::cli::decay)]
     ema: Option<f64>,
 }
 

@@ -95,6 +95,16 @@ pub fn non_negative_finite(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
+/// A clap value parser for a decay in [0, 1) (an exponential moving average's), refused when the
+/// flags are read rather than after the data is prepared.
+pub fn decay(text: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|error| format!("{error}"))?;
+    if !(0.0..1.0).contains(&value) {
+        return Err("must be in [0, 1) (0.999, say)".to_owned());
+    }
+    Ok(value)
+}
+
 /// A clap value parser for `--json PATH`: the path must not be a folder, and its folder is
 /// made now if missing (as `mkdir -p`), so that a path that cannot be written fails before
 /// the run rather than after it, when the figures would be lost.
@@ -138,6 +148,11 @@ mod tests {
         }
         assert_eq!(at_least_one::<usize>("3"), Ok(3));
         assert!(at_least_one::<usize>("0").is_err());
+        assert_eq!(decay("0.999"), Ok(0.999));
+        assert_eq!(decay("0"), Ok(0.0));
+        for bad in ["1", "1.5", "-0.1", "NaN", "x"] {
+            assert!(decay(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
