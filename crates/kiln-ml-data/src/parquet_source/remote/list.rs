@@ -12,10 +12,9 @@ use crate::Result;
 use crate::parquet_source::walk::path_order;
 
 /// Every `*.parquet` (or `*.parq`) object under `prefix`, recursively, in a local walk's order
-/// (name by name: [`path_order`]). As for a
-/// local directory, keys with a part below the prefix that starts with `_` or `.`
-/// (`_delta_log/`, `_SUCCESS`, `.staging/`) belong to other tools and are skipped. The whole
-/// listing is retried on a transient failure.
+/// (name by name: [`path_order`]). As for a local directory, keys with a part below the prefix
+/// that starts with `_` or `.` (`_delta_log/`, `_SUCCESS`, `.staging/`) belong to other tools
+/// and are skipped. The whole listing is retried on a transient failure.
 pub(crate) fn list_objects(store: &RemoteStore, prefix: &ObjectPath) -> Result<Vec<ObjectMeta>> {
     let object_store = Arc::clone(&store.store);
     let listed = store
