@@ -162,8 +162,8 @@ mod tests {
         assert_eq!(held.max_bytes(), None, "the source does not know its sizes");
     }
 
-    /// A layout whose blocks know their size: 8 bytes per sample.
-    struct Sized(MemorySource<u64>);
+    /// A layout whose blocks know their size: `bytes(rows)` of a block of `rows` samples.
+    struct Sized(MemorySource<u64>, fn(u64) -> u64);
 
     impl BlockLayout for Sized {
         fn blocks(&self) -> &[kiln_ml_core::Block] {
@@ -173,13 +173,14 @@ mod tests {
             self.0.fingerprint()
         }
         fn block_bytes(&self, block: kiln_ml_core::BlockIndex) -> Option<u64> {
-            Some(8 * self.0.blocks()[block as usize].rows)
+            Some((self.1)(self.0.blocks()[block as usize].rows))
         }
     }
 
     #[test]
     fn bytes_follow_the_blocks_sizes() {
-        let layout = Sized(MemorySource::with_ids(&[&[10; 10]]));
+        // 8 bytes per sample.
+        let layout = Sized(MemorySource::with_ids(&[&[10; 10]]), |rows| 8 * rows);
         let sequential = Plan::new(0, Shard::SINGLE, 5, (0..100).collect(), &layout).unwrap();
         let held = LoaderResidency::of(&EpochSchedule::new(&sequential, false), &layout, 2, 1);
         assert_eq!(held.peak_window_bytes, Some(8 * held.peak_window_samples));
@@ -188,25 +189,11 @@ mod tests {
         assert_eq!(held.max_bytes(), Some(8 * held.max_samples()));
     }
 
-    /// Blocks whose byte estimate is any u64 (a footer's word): figures saturate, never wrap
-    /// or turn negative.
-    struct Huge(MemorySource<u64>);
-
-    impl BlockLayout for Huge {
-        fn blocks(&self) -> &[kiln_ml_core::Block] {
-            self.0.blocks()
-        }
-        fn fingerprint(&self) -> kiln_ml_core::Fingerprint {
-            self.0.fingerprint()
-        }
-        fn block_bytes(&self, _: kiln_ml_core::BlockIndex) -> Option<u64> {
-            Some(u64::MAX)
-        }
-    }
-
     #[test]
     fn huge_block_sizes_saturate() {
-        let layout = Huge(MemorySource::with_ids(&[&[2, 2]]));
+        // A byte estimate can be any u64 (a footer's word): figures saturate, never wrap or
+        // turn negative.
+        let layout = Sized(MemorySource::with_ids(&[&[2, 2]]), |_| u64::MAX);
         let plan = Plan::new(0, Shard::SINGLE, 4, (0..4).collect(), &layout).unwrap();
         let held = LoaderResidency::of(&EpochSchedule::new(&plan, false), &layout, 2, 2);
         assert_eq!(held.peak_window_bytes, Some(u64::MAX));
