@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use kiln_ml::backend::{DevicePreference, Selection, select};
+use kiln_ml::train::{EmaConfig, TrainerConfig};
 use serde::Serialize;
 
 /// `--json PATH`: the figures as one JSON object, the contract the docs and CI read.
@@ -95,14 +96,16 @@ pub fn non_negative_finite(text: &str) -> Result<f64, String> {
     Ok(value)
 }
 
-/// A clap value parser for a decay in [0, 1) (an exponential moving average's), refused when the
-/// flags are read rather than after the data is prepared.
+/// A clap value parser for an exponential moving average's decay, checked by the trainer's own
+/// rule (`TrainerConfig::validate`) when the flags are read rather than after the data is
+/// prepared.
 pub fn decay(text: &str) -> Result<f64, String> {
     let value: f64 = text.parse().map_err(|error| format!("{error}"))?;
-    if !(0.0..1.0).contains(&value) {
-        return Err("must be in [0, 1) (0.999, say)".to_owned());
-    }
-    Ok(value)
+    TrainerConfig::new()
+        .with_ema(Some(EmaConfig::new(value)))
+        .validate()
+        .map(|()| value)
+        .map_err(|error| error.to_string())
 }
 
 /// A clap value parser for `--json PATH`: the path must not be a folder, and its folder is
