@@ -11,6 +11,7 @@ use burn::tensor::backend::Backend;
 
 use super::collate::gather;
 use super::float_elements::float_elements;
+use super::float_rows::float_rows;
 use crate::parquet_source::{named, required_values_of};
 use crate::{ArrowRow, Collate, DecodeError, Staged, TensorCreation, required_values};
 
@@ -145,24 +146,7 @@ pub fn float_matrix(batch: &RecordBatch, columns: &[&str]) -> Result<Vec<f32>, D
             _ => parts.push((required_values_of::<Float32Type>(array, name)?, 1)),
         }
     }
-    let width: usize = parts.iter().map(|(_, width)| width).sum();
-    let mut matrix = vec![0.0; rows * width];
-    // Column by column: each part's values are read once, in order, and land `width` apart.
-    let mut first = 0;
-    for (values, part_width) in parts {
-        if part_width == 1 {
-            for (slot, &value) in matrix[first..].iter_mut().step_by(width).zip(values) {
-                *slot = value;
-            }
-        } else {
-            for (row, chunk) in values.chunks_exact(part_width).enumerate() {
-                let start = row * width + first;
-                matrix[start..start + part_width].copy_from_slice(chunk);
-            }
-        }
-        first += part_width;
-    }
-    Ok(matrix)
+    Ok(float_rows(&parts, rows))
 }
 
 /// The named `Int64` column (no nulls) as a vector: the values of a `Tensor<B, 1, Int>`.

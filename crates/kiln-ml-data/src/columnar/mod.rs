@@ -4,6 +4,7 @@
 mod burn_columns;
 mod collate;
 mod float_elements;
+mod float_rows;
 mod gather;
 mod sequences;
 
