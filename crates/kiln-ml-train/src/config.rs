@@ -33,7 +33,8 @@ pub struct CheckpointConfig {
     /// Write one every this many optimizer steps; 0 turns step checkpoints off.
     #[serde(default)]
     pub every_steps: u64,
-    /// Also write one at the end of every epoch. Default true.
+    /// Also write one at the end of every epoch, unless `every_steps` just wrote the epoch's
+    /// last step (one save of that step, before the epoch's end). Default true.
     #[serde(default = "yes")]
     pub at_epoch_end: bool,
     /// Keep only the newest this many files. Default 3.

@@ -104,20 +104,12 @@ where
                 break;
             }
             // The flushed last window may be the fit's first step, and a step the checkpoint
-            // schedule names: written before the epoch closes, so a resume from it still runs
-            // the epoch's end (validation, callbacks). With epoch-end checkpoints on, the one
-            // after the callbacks holds the same step.
+            // schedule names: written before the epoch closes, as the epoch's other steps are,
+            // so a resume from it still runs the epoch's end (validation, callbacks).
             self.start_epoch();
             if self.finish_window()?.is_some() {
                 self.note_first_step()?;
-                if !self
-                    .config
-                    .checkpoint
-                    .as_ref()
-                    .is_some_and(|checkpoint| checkpoint.at_epoch_end)
-                {
-                    self.checkpoint_if_due(false)?;
-                }
+                self.checkpoint_if_due(false)?;
             }
             self.close_epoch();
             summary.steps = self.counters.optimizer_steps - steps_before;
@@ -318,18 +310,20 @@ where
     }
 
     /// Writes a checkpoint when the configuration asks for one now.
+    ///
+    /// An epoch's end writes none when the schedule already saved its last step (every
+    /// `every_steps`), as Lightning skips a step already saved: one full save instead of two of
+    /// the same step. That file holds the state before the epoch's end, and a resume from it
+    /// runs the end again (validation, callbacks), as an uninterrupted run did.
     fn checkpoint_if_due(&mut self, epoch_end: bool) -> Result<()> {
         let Some(checkpoint) = &self.config.checkpoint else {
             return Ok(());
         };
+        let step = self.counters.optimizer_steps;
         let due = if epoch_end {
-            checkpoint.at_epoch_end
+            checkpoint.at_epoch_end && self.last_scheduled_checkpoint != Some(step)
         } else {
-            checkpoint.every_steps > 0
-                && self
-                    .counters
-                    .optimizer_steps
-                    .is_multiple_of(checkpoint.every_steps)
+            checkpoint.every_steps > 0 && step.is_multiple_of(checkpoint.every_steps)
         };
         if due {
             self.write_scheduled_checkpoint()?;

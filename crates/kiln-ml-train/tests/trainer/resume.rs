@@ -303,6 +303,54 @@ fn every_steps_counts_the_steps_an_epoch_end_flushes() {
     assert_eq!(common::params(resumed.model()), common::params(run.model()));
 }
 
+/// With step and epoch-end checkpoints both on, an epoch whose last step the schedule saves
+/// is saved once, before its end (as Lightning skips a step already saved), whether that step
+/// is a full window or the flushed last one; a resume from it runs the epoch's end again and
+/// finishes as the uninterrupted run.
+#[test]
+fn an_epoch_end_does_not_save_a_step_already_saved_again() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    // Accumulation 1: 5 steps an epoch, the last a full window. Accumulation 2: 3 steps an
+    // epoch, the last made by the flush.
+    for (accumulation, steps_per_epoch) in [(1, 5), (2, 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoints = kiln_ml_train::CheckpointConfig::new(dir.path())
+            .with_every_steps(steps_per_epoch)
+            .with_keep_last(10);
+        let config = config().with_accumulation_steps(accumulation);
+        let mut run = trainer::<B>(
+            &device,
+            config.clone().with_checkpoint(Some(checkpoints)),
+            1,
+        );
+        let recorder = common::recorder();
+        run.add_observer(recorder.clone());
+        run.fit(|p| epoch_data(&batches, p)).unwrap();
+        let saved: Vec<u64> = recorder
+            .events()
+            .iter()
+            .filter_map(|event| match event {
+                Event::CheckpointSaved { step, .. } => Some(*step),
+                _ => None,
+            })
+            .collect();
+        let each_epoch = [1, 2, 3].map(|epoch| epoch * steps_per_epoch);
+        assert_eq!(saved, each_epoch, "accumulation {accumulation}");
+        // Saved before epoch 0 closed: the resume runs its end, then epochs 1 and 2.
+        let first = dir.path().join(format!("step-{steps_per_epoch:012}.kiln"));
+        let mut resumed = trainer::<B>(&device, config, 5);
+        resumed.load_checkpoint(&first).unwrap();
+        let (_, ends) = fit_counting_epoch_ends(&mut resumed, &batches);
+        assert_eq!(
+            ends, 3,
+            "accumulation {accumulation}: epoch 0's end and epochs 1 and 2"
+        );
+        assert_eq!(common::params(resumed.model()), common::params(run.model()));
+    }
+}
+
 /// `max_steps` reached on an epoch's last batch still ends that epoch: its end-of-epoch
 /// closure runs, as Lightning validates on the last batch.
 #[test]
