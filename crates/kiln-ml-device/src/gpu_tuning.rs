@@ -208,6 +208,14 @@ impl GpuTuning {
         use cubecl::config::profiling::ProfilingLogLevel;
         use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 
+        // Checked before anything is made: a refused call creates no folder. CubeCL's own
+        // first read builds its settings under this lock too.
+        let mut storage = CubeClRuntimeConfig::storage().lock();
+        if storage.is_some() {
+            return Err(GpuTuningError::AlreadyConfigured {
+                by: "CubeCL (a GPU device or tensor was made first)".to_owned(),
+            });
+        }
         // A cubecl.toml or burn.toml above the current directory is read first, then kiln's
         // choices, then CubeCL's environment variables, which win.
         let mut config = CubeClRuntimeConfig::from_current_dir();
@@ -235,12 +243,6 @@ impl GpuTuning {
             config.profiling.logger.file = Some(log.clone());
         }
         let config = config.override_from_env();
-        let mut storage = CubeClRuntimeConfig::storage().lock();
-        if storage.is_some() {
-            return Err(GpuTuningError::AlreadyConfigured {
-                by: "CubeCL (a GPU device or tensor was made first)".to_owned(),
-            });
-        }
         *storage = Some(std::sync::Arc::new(config));
         Ok(())
     }
