@@ -69,7 +69,8 @@ impl LaunchLog {
         loop {
             line.clear();
             let read = reader.read_line(&mut line)?;
-            if read == 0 {
+            // A line without its end is still being written: it is read whole next time.
+            if read == 0 || !line.ends_with('\n') {
                 break;
             }
             self.offset += read as u64;
@@ -138,5 +139,12 @@ mod tests {
         // Counted lines are not counted again.
         writeln!(file, "Executing slice_assign").unwrap();
         assert_eq!(log.count_since_mark().unwrap().count, 1);
+        // A line caught half written counts once it is whole, under its whole name.
+        write!(file, "Executing matmul\nExecuting elem").unwrap();
+        let launches = log.count_since_mark().unwrap();
+        assert_eq!(launches.by_kernel, [("matmul".to_owned(), 1)]);
+        writeln!(file, "wise_fuse").unwrap();
+        let launches = log.count_since_mark().unwrap();
+        assert_eq!(launches.by_kernel, [("elemwise_fuse".to_owned(), 1)]);
     }
 }
