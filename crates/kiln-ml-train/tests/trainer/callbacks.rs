@@ -135,14 +135,7 @@ fn a_callback_can_ask_for_a_checkpoint() {
     let (summary, recorder) = fit_logging(config, &[1.0, 1.0, 1.0], CheckpointAfterEpochOne);
     assert_eq!(summary.unwrap().stopped_early, None);
     assert_eq!(list_checkpoints(dir.path()).unwrap().len(), 1);
-    let saved: Vec<u64> = recorder
-        .events()
-        .iter()
-        .filter_map(|event| match event {
-            Event::CheckpointSaved { step, .. } => Some(*step),
-            _ => None,
-        })
-        .collect();
+    let saved = common::saved_checkpoint_steps(&recorder);
     assert_eq!(saved, [6]);
 }
 

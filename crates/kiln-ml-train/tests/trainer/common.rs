@@ -165,6 +165,18 @@ pub fn step_reports(observer: &RecordingObserver) -> Vec<StepReport> {
         .collect()
 }
 
+/// The optimizer steps of the checkpoints an observer saw saved, in order.
+pub fn saved_checkpoint_steps(observer: &RecordingObserver) -> Vec<u64> {
+    observer
+        .events()
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::CheckpointSaved { step, .. } => Some(step),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A recorder to hand to a trainer while keeping access to it.
 pub fn recorder() -> Arc<RecordingObserver> {
     Arc::new(RecordingObserver::new())

@@ -328,14 +328,7 @@ fn an_epoch_end_does_not_save_a_step_already_saved_again() {
         let recorder = common::recorder();
         run.add_observer(recorder.clone());
         run.fit(|p| epoch_data(&batches, p)).unwrap();
-        let saved: Vec<u64> = recorder
-            .events()
-            .iter()
-            .filter_map(|event| match event {
-                Event::CheckpointSaved { step, .. } => Some(*step),
-                _ => None,
-            })
-            .collect();
+        let saved = common::saved_checkpoint_steps(&recorder);
         let each_epoch = [1, 2, 3].map(|epoch| epoch * steps_per_epoch);
         assert_eq!(saved, each_epoch, "accumulation {accumulation}");
         // Saved before epoch 0 closed: the resume runs its end, then epochs 1 and 2.
