@@ -57,6 +57,12 @@ impl SystemReport {
             if let Some(driver) = &gpu.driver_version {
                 figures.push(format!("driver {driver}"));
             }
+            // What CUDA calls it here, when CUDA_VISIBLE_DEVICES renumbers or hides it.
+            match gpu.cuda_device {
+                Some(ordinal) if ordinal != gpu.index => figures.push(format!("cuda:{ordinal}")),
+                Some(_) => {}
+                None => figures.push("hidden from CUDA (CUDA_VISIBLE_DEVICES)".to_owned()),
+            }
             let name = gpu.name.as_deref().unwrap_or("unnamed");
             text.row(
                 &format!("GPU {}", gpu.index),

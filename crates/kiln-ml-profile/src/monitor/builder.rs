@@ -4,18 +4,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::DeviceMonitor;
+use super::nvml::GpuChoice;
 use super::sampler::SamplerConfig;
 use crate::{Clock, Error, MemoryProbe, Result};
 
 /// Settings of a [`DeviceMonitor`], from [`DeviceMonitor::builder`].
 ///
-/// Defaults: a sample every 200 ms; NVML device 0; the host's CPU and RAM; no memory probe.
+/// Defaults: a sample every 200 ms; the GPU that is CUDA device 0 in this process; the host's
+/// CPU and RAM; no memory probe.
 #[derive(Clone)]
 pub struct DeviceMonitorBuilder {
     clock: Clock,
     interval: Duration,
     nvml: bool,
-    nvml_device: u32,
+    gpu: GpuChoice,
     host: bool,
     probe: Option<Arc<dyn MemoryProbe>>,
 }
@@ -41,7 +43,7 @@ impl DeviceMonitorBuilder {
             clock,
             interval: Self::DEFAULT_INTERVAL,
             nvml: true,
-            nvml_device: 0,
+            gpu: GpuChoice::Cuda(0),
             host: true,
             probe: None,
         }
@@ -60,9 +62,20 @@ impl DeviceMonitorBuilder {
         self
     }
 
-    /// Which NVML device to read (default 0; NVML's order, which may differ from CUDA's).
+    /// Reads the GPU that is CUDA device `ordinal` in this process (`cuda:N`; default 0),
+    /// found as PyTorch finds it: NVML numbers every GPU of the machine, CUDA only those
+    /// `CUDA_VISIBLE_DEVICES` leaves visible, in its order (device numbers, or GPU UUIDs). A
+    /// device it hides leaves the source unavailable, saying so.
+    pub fn cuda_device(mut self, ordinal: u32) -> Self {
+        self.gpu = GpuChoice::Cuda(ordinal);
+        self
+    }
+
+    /// Reads NVML's device `index` (NVML's order, every GPU of the machine, whatever
+    /// `CUDA_VISIBLE_DEVICES` says): see [`cuda_device`](Self::cuda_device) for the GPU a CUDA
+    /// device is.
     pub fn nvml_device(mut self, index: u32) -> Self {
-        self.nvml_device = index;
+        self.gpu = GpuChoice::Nvml(index);
         self
     }
 
@@ -102,7 +115,7 @@ impl DeviceMonitorBuilder {
         DeviceMonitor::spawn(SamplerConfig {
             clock: self.clock,
             interval: self.interval,
-            nvml_device: self.nvml.then_some(self.nvml_device),
+            nvml_device: self.nvml.then_some(self.gpu),
             host: self.host,
             probe: self.probe,
         })
@@ -114,7 +127,7 @@ impl std::fmt::Debug for DeviceMonitorBuilder {
         f.debug_struct("DeviceMonitorBuilder")
             .field("interval", &self.interval)
             .field("nvml", &self.nvml)
-            .field("nvml_device", &self.nvml_device)
+            .field("gpu", &self.gpu)
             .field("host", &self.host)
             .field("probe", &self.probe.as_ref().map(|probe| probe.name()))
             .finish()

@@ -15,6 +15,7 @@ mod record;
 mod sample;
 mod sampler;
 mod summary;
+mod visible_devices;
 
 pub use builder::DeviceMonitorBuilder;
 pub use device_monitor::{DeviceMonitor, MONITOR_THREAD_NAME};

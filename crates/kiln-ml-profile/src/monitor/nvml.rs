@@ -11,6 +11,7 @@ use nvml_wrapper::error::NvmlError;
 use serde::{Deserialize, Serialize};
 
 use super::read_failures::ReadFailures;
+use super::visible_devices::{VARIABLE, cuda_ordinal, nvml_index};
 use super::{DeviceSample, SourceStatus};
 
 /// The source name in [`SourceStatus`].
@@ -21,6 +22,10 @@ pub(crate) const NAME: &str = "nvml";
 pub struct GpuInfo {
     /// NVML's device index.
     pub index: u32,
+    /// The CUDA device number this GPU has in this process (`cuda:N`), through
+    /// `CUDA_VISIBLE_DEVICES`; `None` when that hides it.
+    #[serde(default)]
+    pub cuda_device: Option<u32>,
     /// The product name (`NVIDIA H100 80GB HBM3`).
     pub name: Option<String>,
     /// Device memory in all, in bytes.
@@ -42,11 +47,13 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, String> {
     let nvml = Nvml::init().map_err(|error| describe(&error))?;
     let count = nvml.device_count().map_err(|error| describe(&error))?;
     let driver_version = nvml.sys_driver_version().ok();
+    let visible = std::env::var(VARIABLE).ok();
     Ok((0..count)
         .map(|index| {
             let device = nvml.device_by_index(index).ok();
             GpuInfo {
                 index,
+                cuda_device: cuda_ordinal(index, visible.as_deref(), || uuids(&nvml)),
                 name: device.as_ref().and_then(|d| d.name().ok()),
                 memory_total_bytes: device
                     .as_ref()
@@ -66,10 +73,34 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, String> {
         .collect())
 }
 
+/// Which GPU the monitor reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GpuChoice {
+    /// CUDA device `N` of this process, found through `CUDA_VISIBLE_DEVICES`.
+    Cuda(u32),
+    /// NVML's device `N`.
+    Nvml(u32),
+}
+
+/// Every NVML device's UUID, in NVML's order.
+fn uuids(nvml: &Nvml) -> Result<Vec<String>, String> {
+    let count = nvml.device_count().map_err(|error| describe(&error))?;
+    (0..count)
+        .map(|index| {
+            nvml.device_by_index(index)
+                .and_then(|device| device.uuid())
+                .map_err(|error| format!("the UUID of GPU {index}: {}", describe(&error)))
+        })
+        .collect()
+}
+
 /// The monitor's NVML source: one initialised library handle and the device it samples.
 pub(crate) struct NvmlSource {
     nvml: Nvml,
     index: u32,
+    /// How the device was chosen, for the status: `CUDA device 0`, or nothing for NVML's own
+    /// index.
+    chosen_as: Option<String>,
     gpu_name: Option<String>,
     /// Why memory figures are missing (an old driver without `nvmlDeviceGetMemoryInfo_v2`).
     memory_missing: Option<String>,
@@ -78,9 +109,18 @@ pub(crate) struct NvmlSource {
 }
 
 impl NvmlSource {
-    /// Initialises NVML (expensive: once per monitor) and checks that device `index` answers.
-    pub(crate) fn open(index: u32) -> Result<Self, String> {
+    /// Initialises NVML (expensive: once per monitor), finds the chosen device and checks that
+    /// it answers.
+    pub(crate) fn open(choice: GpuChoice) -> Result<Self, String> {
         let nvml = Nvml::init().map_err(|error| describe(&error))?;
+        let (index, chosen_as) = match choice {
+            GpuChoice::Nvml(index) => (index, None),
+            GpuChoice::Cuda(ordinal) => {
+                let visible = std::env::var(VARIABLE).ok();
+                let index = nvml_index(ordinal, visible.as_deref(), || uuids(&nvml))?;
+                (index, Some(format!("CUDA device {ordinal}")))
+            }
+        };
         let device = nvml
             .device_by_index(index)
             .map_err(|error| format!("GPU {index}: {}", describe(&error)))?;
@@ -92,6 +132,7 @@ impl NvmlSource {
         Ok(Self {
             nvml,
             index,
+            chosen_as,
             gpu_name,
             memory_missing,
             failures: ReadFailures::default(),
@@ -101,8 +142,11 @@ impl NvmlSource {
     /// The source's state for the monitor's record.
     pub(crate) fn status(&self) -> SourceStatus {
         let gpu = self.gpu_name.as_deref().unwrap_or("unnamed GPU");
-        let mut status =
-            SourceStatus::available(NAME, Some(format!("{gpu}, device {}", self.index)));
+        let device = match &self.chosen_as {
+            Some(chosen_as) => format!("{chosen_as}, NVML device {}", self.index),
+            None => format!("device {}", self.index),
+        };
+        let mut status = SourceStatus::available(NAME, Some(format!("{gpu}, {device}")));
         let memory = self
             .memory_missing
             .as_ref()
@@ -222,7 +266,7 @@ mod tests {
     fn a_missing_driver_is_a_reason_not_a_panic() {
         // On a machine with a driver both calls succeed; the point is that neither panics and
         // a failure carries a message.
-        match (nvml_gpus(), NvmlSource::open(0)) {
+        match (nvml_gpus(), NvmlSource::open(GpuChoice::Nvml(0))) {
             (Err(reason), Err(again)) => {
                 assert!(!reason.is_empty());
                 assert_eq!(reason, again);

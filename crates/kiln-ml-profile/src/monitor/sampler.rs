@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::host::HostSource;
-use super::nvml::{self, NvmlSource};
+use super::nvml::{self, GpuChoice, NvmlSource};
 use super::{DeviceSample, SourceStatus};
 use crate::{Clock, MemoryProbe};
 
@@ -15,7 +15,7 @@ pub(crate) struct SamplerConfig {
     pub(crate) clock: Clock,
     pub(crate) interval: Duration,
     /// The NVML device index, or `None` for no NVML.
-    pub(crate) nvml_device: Option<u32>,
+    pub(crate) nvml_device: Option<GpuChoice>,
     pub(crate) host: bool,
     pub(crate) probe: Option<Arc<dyn MemoryProbe>>,
 }
@@ -72,8 +72,8 @@ pub(crate) struct Sources {
 impl Sources {
     /// Opens every source asked for; NVML is initialised here, on the monitor thread.
     pub(crate) fn open(config: &SamplerConfig) -> Self {
-        let nvml = config.nvml_device.map(|index| {
-            NvmlSource::open(index).map_err(|reason| {
+        let nvml = config.nvml_device.map(|choice| {
+            NvmlSource::open(choice).map_err(|reason| {
                 log::info!("device monitor: nvml unavailable ({reason})");
                 SourceStatus::unavailable(nvml::NAME, reason)
             })

@@ -16,15 +16,23 @@ pub(super) fn target<'a>(
     backends: &[String],
 ) -> (Target<'a>, Option<String>) {
     let built = |name: &str| backends.iter().any(|b| b.eq_ignore_ascii_case(name));
-    let usable_gpu = gpus.first().filter(|_| built("cuda"));
+    // CUDA's device 0 (what `select` takes), which `CUDA_VISIBLE_DEVICES` may map to another
+    // NVML device, or hide.
+    let cuda_gpu = gpus.iter().find(|gpu| gpu.cuda_device == Some(0));
+    let usable_gpu = cuda_gpu.filter(|_| built("cuda"));
     let usable_adapters = if built("wgpu") { adapters } else { &[] };
     let target = auto_pick(usable_gpu, usable_adapters);
     if !matches!(target, AutoPick::Cpu) {
         return (target, None);
     }
-    let passed_over = if let Some(gpu) = gpus.first() {
+    let passed_over = if let Some(gpu) = cuda_gpu {
         Some(format!(
             "{} is present, but this build lacks the `cuda` feature",
+            gpu_name(gpu)
+        ))
+    } else if let Some(gpu) = gpus.first() {
+        Some(format!(
+            "{} is present, but CUDA_VISIBLE_DEVICES hides every GPU from CUDA",
             gpu_name(gpu)
         ))
     } else if let Some(adapter) = best_gpu_adapter(adapters) {
@@ -88,6 +96,30 @@ mod tests {
         assert!(matches!(chosen, AutoPick::Cpu));
         let passed_over = passed_over.expect("the H100 was passed over");
         assert!(passed_over.contains("`cuda` feature"), "{passed_over}");
+    }
+
+    #[test]
+    fn the_target_is_the_gpu_cuda_numbers_0() {
+        // CUDA_VISIBLE_DEVICES=1: NVML's GPU 1 is CUDA's device 0, GPU 0 is hidden.
+        let mut hidden = gpu("NVIDIA A100-SXM4-40GB", (8, 0), 40);
+        hidden.cuda_device = None;
+        let mut visible = gpu("NVIDIA H100 80GB HBM3", (9, 0), 80);
+        visible.index = 1;
+        let all = backends(&["flex", "cuda"]);
+        let machine = [hidden.clone(), visible];
+        let (chosen, _) = target(&machine, &[], &all);
+        let AutoPick::Cuda(chosen) = chosen else {
+            panic!("CUDA device 0 is an H100")
+        };
+        assert_eq!(chosen.index, 1);
+        // Every GPU hidden: training runs on the CPU, and the note says why.
+        let (chosen, passed_over) = target(std::slice::from_ref(&hidden), &[], &all);
+        assert!(matches!(chosen, AutoPick::Cpu));
+        let passed_over = passed_over.expect("the hidden A100 is named");
+        assert!(
+            passed_over.contains("CUDA_VISIBLE_DEVICES"),
+            "{passed_over}"
+        );
     }
 
     #[test]
