@@ -34,7 +34,7 @@ pub struct CheckpointConfig {
     #[serde(default)]
     pub every_steps: u64,
     /// Also write one at the end of every epoch, unless `every_steps` just wrote the epoch's
-    /// last step (one save of that step, before the epoch's end). Default true.
+    /// last step (that file, written before the epoch's end, stands for it). Default true.
     #[serde(default = "yes")]
     pub at_epoch_end: bool,
     /// Keep only the newest this many files. Default 3.

@@ -84,7 +84,12 @@ where
         let steps_before_fit = self.counters.optimizer_steps;
         while self.epoch < self.config.num_epochs {
             let epoch = self.epoch;
-            if self.max_steps_reached() {
+            // An epoch a checkpoint was taken in (after its last batch, say) is opened again
+            // whatever `max_steps` says: `train_epoch` then stops at the limit, or runs the
+            // epoch's end when no batch is left, as the run that wrote the checkpoint did.
+            let resumed_in_epoch = self.position.epoch > epoch
+                || (self.position.epoch == epoch && self.position.consumed > 0);
+            if self.max_steps_reached() && !resumed_in_epoch {
                 reached_max_steps = true;
                 break;
             }
@@ -109,7 +114,7 @@ where
             self.start_epoch();
             if self.finish_window()?.is_some() {
                 self.note_first_step()?;
-                self.checkpoint_if_due(false)?;
+                self.checkpoint_if_due()?;
             }
             self.close_epoch();
             summary.steps = self.counters.optimizer_steps - steps_before;
@@ -122,7 +127,7 @@ where
             if decision.stop || decision.checkpoint {
                 self.write_scheduled_checkpoint()?;
             } else {
-                self.checkpoint_if_due(true)?;
+                self.checkpoint_epoch_end_if_due(summary.steps)?;
             }
             if decision.stop {
                 stopped_early = Some(epoch);
@@ -282,7 +287,7 @@ where
                 self.record_position(&batches);
             }
             if outcome.step.is_some() {
-                self.checkpoint_if_due(false)?;
+                self.checkpoint_if_due()?;
             }
         }
     }
@@ -309,23 +314,30 @@ where
             .is_some_and(|max| self.counters.optimizer_steps >= max)
     }
 
-    /// Writes a checkpoint when the configuration asks for one now.
-    ///
-    /// An epoch's end writes none when the schedule already saved its last step (every
-    /// `every_steps`), as Lightning skips a step already saved: one full save instead of two of
-    /// the same step. That file holds the state before the epoch's end, and a resume from it
-    /// runs the end again (validation, callbacks), as an uninterrupted run did.
-    fn checkpoint_if_due(&mut self, epoch_end: bool) -> Result<()> {
+    /// Writes a step checkpoint when `every_steps` names the step just made.
+    fn checkpoint_if_due(&mut self) -> Result<()> {
         let Some(checkpoint) = &self.config.checkpoint else {
             return Ok(());
         };
         let step = self.counters.optimizer_steps;
-        let due = if epoch_end {
-            checkpoint.at_epoch_end && self.last_scheduled_checkpoint != Some(step)
-        } else {
-            checkpoint.every_steps > 0 && step.is_multiple_of(checkpoint.every_steps)
+        if checkpoint.every_steps > 0 && step.is_multiple_of(checkpoint.every_steps) {
+            self.write_scheduled_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the epoch-end checkpoint when `at_epoch_end` asks for one, unless the epoch's last
+    /// step (of its `epoch_steps`) was just saved by the step schedule, as Lightning skips a
+    /// step already saved: one full save instead of two of the same step. That file holds the
+    /// state before the epoch's end, and a resume from it runs the end again (validation,
+    /// callbacks), as the uninterrupted run did.
+    fn checkpoint_epoch_end_if_due(&mut self, epoch_steps: u64) -> Result<()> {
+        let Some(checkpoint) = &self.config.checkpoint else {
+            return Ok(());
         };
-        if due {
+        let step = self.counters.optimizer_steps;
+        let saved = epoch_steps > 0 && self.last_scheduled_checkpoint == Some(step);
+        if checkpoint.at_epoch_end && !saved {
             self.write_scheduled_checkpoint()?;
         }
         Ok(())

@@ -344,6 +344,70 @@ fn an_epoch_end_does_not_save_a_step_already_saved_again() {
     }
 }
 
+/// An epoch that makes no optimizer step (its data is empty) still writes its epoch-end
+/// checkpoint, though the step it holds was saved before: that file is another epoch's.
+#[test]
+fn an_epoch_without_steps_still_writes_its_checkpoint() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = kiln_ml_train::CheckpointConfig::new(dir.path()).with_every_steps(3);
+    let mut run = trainer::<B>(&device, config().with_checkpoint(Some(checkpoints)), 1);
+    let recorder = common::recorder();
+    run.add_observer(recorder.clone());
+    // Epoch 0 makes 3 steps (the last saved before its end); epochs 1 and 2 have no batches.
+    run.fit(|p| {
+        let epoch_batches = if p.epoch == 0 {
+            batches.clone()
+        } else {
+            Vec::new()
+        };
+        common::plain(epoch_batches, p)
+    })
+    .unwrap();
+    assert_eq!(common::saved_checkpoint_steps(&recorder), [3, 3, 3]);
+    let mut resumed = trainer::<B>(&device, config(), 5);
+    let latest = latest_checkpoint(dir.path()).unwrap().unwrap();
+    assert_eq!(
+        resumed.load_checkpoint(&latest).unwrap(),
+        Position::start_of(3)
+    );
+}
+
+/// `max_steps` on an epoch's last step, which `every_steps` saves before the epoch's end: a
+/// resume from that file with the same limit still runs the epoch's end, as the run that wrote
+/// it did, and trains nothing more.
+#[test]
+fn a_resume_at_max_steps_runs_the_end_of_an_epoch_saved_before_it() {
+    type B = burn::backend::Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let batches = common::batches::<B>(BATCHES, ROWS, 17, &device);
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints =
+        kiln_ml_train::CheckpointConfig::new(dir.path()).with_every_steps(BATCHES as u64);
+    let config = config()
+        .with_accumulation_steps(1)
+        .with_max_steps(Some(BATCHES as u64))
+        .with_checkpoint(Some(checkpoints));
+    let mut run = trainer::<B>(&device, config.clone(), 1);
+    let (summary, ends) = fit_counting_epoch_ends(&mut run, &batches);
+    assert!(summary.reached_max_steps);
+    assert_eq!(ends, 1);
+    let latest = latest_checkpoint(dir.path()).unwrap().unwrap();
+    assert!(
+        latest.ends_with(format!("step-{BATCHES:012}.kiln")),
+        "{latest:?}"
+    );
+    let mut resumed = trainer::<B>(&device, config, 5);
+    resumed.load_checkpoint(&latest).unwrap();
+    let (summary, ends) = fit_counting_epoch_ends(&mut resumed, &batches);
+    assert!(summary.reached_max_steps);
+    assert_eq!(ends, 1, "epoch 0's end, run again");
+    assert_eq!(summary.counters.optimizer_steps, BATCHES as u64);
+    assert_eq!(common::params(resumed.model()), common::params(run.model()));
+}
+
 /// `max_steps` reached on an epoch's last batch still ends that epoch: its end-of-epoch
 /// closure runs, as Lightning validates on the last batch.
 #[test]
