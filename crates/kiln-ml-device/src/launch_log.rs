@@ -49,8 +49,8 @@ impl LaunchLog {
     /// queued before have reached the log).
     pub fn mark(&mut self) -> std::io::Result<()> {
         self.settle()?;
-        self.offset = self.len()?;
-        Ok(())
+        // Past the last whole line: a line still being written counts in the next window.
+        self.read_whole_lines(|_| {})
     }
 
     /// The launches logged since the last [`mark`](Self::mark) or count, then marks. Call it
@@ -59,31 +59,38 @@ impl LaunchLog {
     pub fn count_since_mark(&mut self) -> std::io::Result<Launches> {
         self.settle()?;
         let mut launches = Launches::default();
-        let Ok(file) = std::fs::File::open(&self.path) else {
-            return Ok(launches);
-        };
-        let mut reader = BufReader::new(file);
-        reader.seek(SeekFrom::Start(self.offset))?;
         let mut counts = std::collections::BTreeMap::<String, u64>::new();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = reader.read_line(&mut line)?;
-            // A line without its end is still being written: it is read whole next time.
-            if read == 0 || !line.ends_with('\n') {
-                break;
-            }
-            self.offset += read as u64;
+        self.read_whole_lines(|line| {
             if let Some(name) = line.trim_end().strip_prefix(LAUNCH_PREFIX) {
                 launches.count += 1;
                 *counts.entry(name.to_owned()).or_default() += 1;
             }
-        }
+        })?;
         launches.by_kernel = counts.into_iter().collect();
         launches
             .by_kernel
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(launches)
+    }
+
+    /// Hands every whole line after the offset to `each` and moves the offset past them; a
+    /// last line without its end is still being written and is left for next time.
+    fn read_whole_lines(&mut self, mut each: impl FnMut(&str)) -> std::io::Result<()> {
+        let Ok(file) = std::fs::File::open(&self.path) else {
+            return Ok(());
+        };
+        let mut reader = BufReader::new(file);
+        reader.seek(SeekFrom::Start(self.offset))?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let read = reader.read_line(&mut line)?;
+            if read == 0 || !line.ends_with('\n') {
+                return Ok(());
+            }
+            self.offset += read as u64;
+            each(&line);
+        }
     }
 
     fn len(&self) -> std::io::Result<u64> {
@@ -146,5 +153,11 @@ mod tests {
         writeln!(file, "wise_fuse").unwrap();
         let launches = log.count_since_mark().unwrap();
         assert_eq!(launches.by_kernel, [("elemwise_fuse".to_owned(), 1)]);
+        // A mark taken while a line is half written leaves that line to the next count.
+        write!(file, "Executing slice").unwrap();
+        log.mark().unwrap();
+        writeln!(file, "_assign").unwrap();
+        let launches = log.count_since_mark().unwrap();
+        assert_eq!(launches.by_kernel, [("slice_assign".to_owned(), 1)]);
     }
 }
