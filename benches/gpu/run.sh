@@ -199,16 +199,21 @@ def distinct_sums():
 def device():
     if dry:
         return "cpu (flex), dry run"
+    # The doctor's NVML list: the GPU that is CUDA device 0 here (CUDA_VISIBLE_DEVICES may
+    # renumber the machine's), else its first.
+    gpus = get("doctor", "gpus") or []
+    gpu = next((g for g in gpus if g.get("cuda_device") == 0), None) or next(iter(gpus), None)
+    if gpu and gpu.get("name"):
+        name, driver = gpu["name"], gpu.get("driver_version")
+        return f"{name} (driver {driver})" if driver else name
     try:
+        # nvidia-smi's first GPU (it lists the machine's, whatever CUDA_VISIBLE_DEVICES says).
         name, driver = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=20).stdout.strip().split("\n")[0].split(", ")
         return f"{name} (driver {driver})"
     except Exception:
-        # The doctor's NVML list: its first GPU, with the driver.
-        gpu = next(iter(get("doctor", "gpus") or []), None) or {}
-        name, driver = gpu.get("name"), gpu.get("driver_version")
-        return name and (f"{name} (driver {driver})" if driver else name)
+        return None
 
 def tests():
     import glob

@@ -60,8 +60,10 @@ impl SystemReport {
             // What CUDA calls it here, when CUDA_VISIBLE_DEVICES renumbers or hides it.
             match gpu.cuda_device {
                 Some(ordinal) if ordinal != gpu.index => figures.push(format!("cuda:{ordinal}")),
-                Some(_) => {}
-                None => figures.push("hidden from CUDA (CUDA_VISIBLE_DEVICES)".to_owned()),
+                None if gpu.hidden_from_cuda => {
+                    figures.push("hidden from CUDA (CUDA_VISIBLE_DEVICES)".to_owned());
+                }
+                _ => {}
             }
             let name = gpu.name.as_deref().unwrap_or("unnamed");
             text.row(

@@ -115,7 +115,7 @@ impl DeviceMonitorBuilder {
         DeviceMonitor::spawn(SamplerConfig {
             clock: self.clock,
             interval: self.interval,
-            nvml_device: self.nvml.then_some(self.gpu),
+            gpu: self.nvml.then_some(self.gpu),
             host: self.host,
             probe: self.probe,
         })

@@ -11,7 +11,7 @@ use nvml_wrapper::error::NvmlError;
 use serde::{Deserialize, Serialize};
 
 use super::read_failures::ReadFailures;
-use super::visible_devices::{VARIABLE, cuda_ordinal, nvml_index};
+use super::visible_devices::{CudaNumber, VARIABLE, cuda_number, nvml_index};
 use super::{DeviceSample, SourceStatus};
 
 /// The source name in [`SourceStatus`].
@@ -23,9 +23,14 @@ pub struct GpuInfo {
     /// NVML's device index.
     pub index: u32,
     /// The CUDA device number this GPU has in this process (`cuda:N`), through
-    /// `CUDA_VISIBLE_DEVICES`; `None` when that hides it.
+    /// `CUDA_VISIBLE_DEVICES`; `None` when that hides it or when it is not known (see
+    /// `hidden_from_cuda`).
     #[serde(default)]
     pub cuda_device: Option<u32>,
+    /// Whether `CUDA_VISIBLE_DEVICES` hides this GPU from CUDA. False where that is not known
+    /// (MIG instances named, NVML's UUIDs unreadable, a report from before this field).
+    #[serde(default)]
+    pub hidden_from_cuda: bool,
     /// The product name (`NVIDIA H100 80GB HBM3`).
     pub name: Option<String>,
     /// Device memory in all, in bytes.
@@ -51,9 +56,14 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, String> {
     Ok((0..count)
         .map(|index| {
             let device = nvml.device_by_index(index).ok();
+            let cuda = cuda_number(index, visible.as_deref(), count, || uuids(&nvml));
             GpuInfo {
                 index,
-                cuda_device: cuda_ordinal(index, visible.as_deref(), || uuids(&nvml)),
+                cuda_device: match cuda {
+                    CudaNumber::Visible(ordinal) => Some(ordinal),
+                    CudaNumber::Hidden | CudaNumber::Unknown => None,
+                },
+                hidden_from_cuda: cuda == CudaNumber::Hidden,
                 name: device.as_ref().and_then(|d| d.name().ok()),
                 memory_total_bytes: device
                     .as_ref()
@@ -117,7 +127,8 @@ impl NvmlSource {
             GpuChoice::Nvml(index) => (index, None),
             GpuChoice::Cuda(ordinal) => {
                 let visible = std::env::var(VARIABLE).ok();
-                let index = nvml_index(ordinal, visible.as_deref(), || uuids(&nvml))?;
+                let count = nvml.device_count().map_err(|error| describe(&error))?;
+                let index = nvml_index(ordinal, visible.as_deref(), count, || uuids(&nvml))?;
                 (index, Some(format!("CUDA device {ordinal}")))
             }
         };

@@ -8,7 +8,7 @@ use super::DeviceSample;
 
 /// Whether one source of the monitor (`nvml`, `wgpu pool`, `host`, ...) could be read, and
 /// why not. Displays as `nvml: unavailable (libnvidia-ml.so.1: cannot open shared object
-/// file: ...)` or `nvml: available (NVIDIA H100 80GB HBM3, device 0)`.
+/// file: ...)` or `nvml: available (NVIDIA H100 80GB HBM3, CUDA device 0, NVML device 0)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceStatus {
     /// The source: `nvml`, `host`, or a memory probe's name (`wgpu pool`, `heap`).

@@ -14,8 +14,8 @@ use crate::{Clock, MemoryProbe};
 pub(crate) struct SamplerConfig {
     pub(crate) clock: Clock,
     pub(crate) interval: Duration,
-    /// The NVML device index, or `None` for no NVML.
-    pub(crate) nvml_device: Option<GpuChoice>,
+    /// The GPU NVML is read for, or `None` for no NVML.
+    pub(crate) gpu: Option<GpuChoice>,
     pub(crate) host: bool,
     pub(crate) probe: Option<Arc<dyn MemoryProbe>>,
 }
@@ -72,7 +72,7 @@ pub(crate) struct Sources {
 impl Sources {
     /// Opens every source asked for; NVML is initialised here, on the monitor thread.
     pub(crate) fn open(config: &SamplerConfig) -> Self {
-        let nvml = config.nvml_device.map(|choice| {
+        let nvml = config.gpu.map(|choice| {
             NvmlSource::open(choice).map_err(|reason| {
                 log::info!("device monitor: nvml unavailable ({reason})");
                 SourceStatus::unavailable(nvml::NAME, reason)
@@ -191,7 +191,7 @@ mod tests {
         let config = SamplerConfig {
             clock: Clock::start(),
             interval: Duration::from_millis(20),
-            nvml_device: None,
+            gpu: None,
             host: true,
             probe: Some(Arc::new(Flaky)),
         };
@@ -234,7 +234,7 @@ mod tests {
         let config = SamplerConfig {
             clock: Clock::start(),
             interval: Duration::from_millis(20),
-            nvml_device: None,
+            gpu: None,
             host: false,
             probe: Some(Arc::new(FailsFirst {
                 failures: 2,

@@ -12,6 +12,7 @@ pub(super) fn gpu(name: &str, capability: (i32, i32), memory_gib: u64) -> GpuInf
     GpuInfo {
         index: 0,
         cuda_device: Some(0),
+        hidden_from_cuda: false,
         name: Some(name.to_owned()),
         memory_total_bytes: Some(memory_gib << 30),
         driver_version: Some("550.54.15".to_owned()),

@@ -17,8 +17,12 @@ pub(super) fn target<'a>(
 ) -> (Target<'a>, Option<String>) {
     let built = |name: &str| backends.iter().any(|b| b.eq_ignore_ascii_case(name));
     // CUDA's device 0 (what `select` takes), which `CUDA_VISIBLE_DEVICES` may map to another
-    // NVML device, or hide.
-    let cuda_gpu = gpus.iter().find(|gpu| gpu.cuda_device == Some(0));
+    // NVML device, or hide; where no mapping is known, the first GPU not hidden.
+    let mapped = gpus.iter().any(|gpu| gpu.cuda_device.is_some());
+    let cuda_gpu = gpus.iter().find(|gpu| {
+        gpu.cuda_device == Some(0)
+            || (!mapped && gpu.cuda_device.is_none() && !gpu.hidden_from_cuda)
+    });
     let usable_gpu = cuda_gpu.filter(|_| built("cuda"));
     let usable_adapters = if built("wgpu") { adapters } else { &[] };
     let target = auto_pick(usable_gpu, usable_adapters);
@@ -103,6 +107,7 @@ mod tests {
         // CUDA_VISIBLE_DEVICES=1: NVML's GPU 1 is CUDA's device 0, GPU 0 is hidden.
         let mut hidden = gpu("NVIDIA A100-SXM4-40GB", (8, 0), 40);
         hidden.cuda_device = None;
+        hidden.hidden_from_cuda = true;
         let mut visible = gpu("NVIDIA H100 80GB HBM3", (9, 0), 80);
         visible.index = 1;
         let all = backends(&["flex", "cuda"]);
@@ -120,6 +125,12 @@ mod tests {
             passed_over.contains("CUDA_VISIBLE_DEVICES"),
             "{passed_over}"
         );
+        // No mapping known (MIG instances named, or a report from before it was kept): the
+        // first GPU, as CUDA's device 0 most likely is.
+        let mut unknown = gpu("NVIDIA H100 80GB HBM3", (9, 0), 80);
+        unknown.cuda_device = None;
+        let (chosen, _) = target(std::slice::from_ref(&unknown), &[], &all);
+        assert!(matches!(chosen, AutoPick::Cuda(_)));
     }
 
     #[test]
