@@ -11,7 +11,7 @@ use nvml_wrapper::error::NvmlError;
 use serde::{Deserialize, Serialize};
 
 use super::read_failures::ReadFailures;
-use super::visible_devices::{CudaNumber, VARIABLE, cuda_number, nvml_index};
+use super::visible_devices::{CudaNumber, CudaOrder, VARIABLE};
 use super::{DeviceSample, SourceStatus};
 
 /// The source name in [`SourceStatus`].
@@ -53,10 +53,11 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, String> {
     let count = nvml.device_count().map_err(|error| describe(&error))?;
     let driver_version = nvml.sys_driver_version().ok();
     let visible = std::env::var(VARIABLE).ok();
+    let order = CudaOrder::read(visible.as_deref(), count, || uuids(&nvml, count));
     Ok((0..count)
         .map(|index| {
             let device = nvml.device_by_index(index).ok();
-            let cuda = cuda_number(index, visible.as_deref(), count, || uuids(&nvml));
+            let cuda = order.cuda_number(index);
             GpuInfo {
                 index,
                 cuda_device: match cuda {
@@ -92,9 +93,8 @@ pub(crate) enum GpuChoice {
     Nvml(u32),
 }
 
-/// Every NVML device's UUID, in NVML's order.
-fn uuids(nvml: &Nvml) -> Result<Vec<String>, String> {
-    let count = nvml.device_count().map_err(|error| describe(&error))?;
+/// The UUIDs of NVML's `count` devices, in NVML's order.
+fn uuids(nvml: &Nvml, count: u32) -> Result<Vec<String>, String> {
     (0..count)
         .map(|index| {
             nvml.device_by_index(index)
@@ -128,7 +128,8 @@ impl NvmlSource {
             GpuChoice::Cuda(ordinal) => {
                 let visible = std::env::var(VARIABLE).ok();
                 let count = nvml.device_count().map_err(|error| describe(&error))?;
-                let index = nvml_index(ordinal, visible.as_deref(), count, || uuids(&nvml))?;
+                let order = CudaOrder::read(visible.as_deref(), count, || uuids(&nvml, count));
+                let index = order.nvml_index(ordinal)?;
                 (index, Some(format!("CUDA device {ordinal}")))
             }
         };

@@ -37,61 +37,72 @@ pub(crate) enum CudaNumber {
     Unknown,
 }
 
-/// The NVML index of CUDA device `ordinal` under `CUDA_VISIBLE_DEVICES` = `variable` (`None`:
-/// unset), on a machine of `count` NVML devices whose UUIDs `uuids` gives in NVML's order
-/// (asked only when the variable names UUIDs). Fails naming the variable when the device is
-/// not visible or cannot be mapped.
-pub(crate) fn nvml_index(
-    ordinal: u32,
-    variable: Option<&str>,
+/// CUDA's devices in CUDA's order, as NVML indices: read once from `CUDA_VISIBLE_DEVICES`, then
+/// asked both ways.
+pub(crate) struct CudaOrder {
+    /// The NVML index of each CUDA device, or why it is not known.
+    devices: Result<Vec<u32>, String>,
+    /// The variable, for the errors (`None`: unset).
+    variable: Option<String>,
+    /// The machine's NVML devices.
     count: u32,
-    uuids: impl FnOnce() -> Result<Vec<String>, String>,
-) -> Result<u32, String> {
-    let numbers = match parse(variable, count) {
-        Visible::All => (0..count).collect(),
-        Visible::Numbers(numbers) => numbers,
-        Visible::Uuids(candidates) => numbers_of(&candidates, &uuids()?),
-        Visible::Mig => {
-            return Err(format!(
-                "{VARIABLE} names MIG instances, which are not NVML devices"
-            ));
-        }
-    };
-    numbers
-        .get(ordinal as usize)
-        .copied()
-        .ok_or_else(|| match variable {
-            Some(variable) => format!(
-                "CUDA device {ordinal} is not visible ({VARIABLE}={variable:?} leaves {} of the \
-             machine's {count} GPU(s))",
-                numbers.len()
-            ),
-            None => {
-                format!("CUDA device {ordinal} does not exist (the machine has {count} GPU(s))")
-            }
-        })
 }
 
-/// Where NVML device `index` (of `count`) stands for CUDA in this process (see
-/// [`nvml_index`] for the arguments).
-pub(crate) fn cuda_number(
-    index: u32,
-    variable: Option<&str>,
-    count: u32,
-    uuids: impl FnOnce() -> Result<Vec<String>, String>,
-) -> CudaNumber {
-    let numbers = match parse(variable, count) {
-        Visible::All => return CudaNumber::Visible(index),
-        Visible::Numbers(numbers) => numbers,
-        Visible::Uuids(candidates) => match uuids() {
-            Ok(uuids) => numbers_of(&candidates, &uuids),
-            Err(_) => return CudaNumber::Unknown,
-        },
-        Visible::Mig => return CudaNumber::Unknown,
-    };
-    match numbers.iter().position(|&number| number == index) {
-        Some(position) => u32::try_from(position).map_or(CudaNumber::Unknown, CudaNumber::Visible),
-        None => CudaNumber::Hidden,
+impl CudaOrder {
+    /// The order under `CUDA_VISIBLE_DEVICES` = `variable` (`None`: unset), on a machine of
+    /// `count` NVML devices whose UUIDs `uuids` gives in NVML's order (asked only when the
+    /// variable names UUIDs).
+    pub(crate) fn read(
+        variable: Option<&str>,
+        count: u32,
+        uuids: impl FnOnce() -> Result<Vec<String>, String>,
+    ) -> Self {
+        let devices = match parse(variable, count) {
+            Visible::All => Ok((0..count).collect()),
+            Visible::Numbers(numbers) => Ok(numbers),
+            Visible::Uuids(candidates) => uuids().map(|uuids| numbers_of(&candidates, &uuids)),
+            Visible::Mig => Err(format!(
+                "{VARIABLE} names MIG instances, which are not NVML devices"
+            )),
+        };
+        Self {
+            devices,
+            variable: variable.map(str::to_owned),
+            count,
+        }
+    }
+
+    /// The NVML index of CUDA device `ordinal`; fails naming the variable when the device is
+    /// not visible or cannot be mapped.
+    pub(crate) fn nvml_index(&self, ordinal: u32) -> Result<u32, String> {
+        let devices = self.devices.as_ref().map_err(String::clone)?;
+        let count = self.count;
+        devices
+            .get(ordinal as usize)
+            .copied()
+            .ok_or_else(|| match &self.variable {
+                Some(variable) => format!(
+                    "CUDA device {ordinal} is not visible ({VARIABLE}={variable:?} leaves {} of \
+                     the machine's {count} GPU(s))",
+                    devices.len()
+                ),
+                None => {
+                    format!("CUDA device {ordinal} does not exist (the machine has {count} GPU(s))")
+                }
+            })
+    }
+
+    /// Where NVML device `index` stands for CUDA in this process.
+    pub(crate) fn cuda_number(&self, index: u32) -> CudaNumber {
+        let Ok(devices) = &self.devices else {
+            return CudaNumber::Unknown;
+        };
+        match devices.iter().position(|&number| number == index) {
+            Some(position) => {
+                u32::try_from(position).map_or(CudaNumber::Unknown, CudaNumber::Visible)
+            }
+            None => CudaNumber::Hidden,
+        }
     }
 }
 
@@ -171,6 +182,24 @@ fn numbers_of(candidates: &[String], uuids: &[String]) -> Vec<u32> {
 mod tests {
     use super::CudaNumber::{Hidden, Unknown, Visible};
     use super::*;
+
+    fn nvml_index(
+        ordinal: u32,
+        variable: Option<&str>,
+        count: u32,
+        uuids: impl FnOnce() -> Result<Vec<String>, String>,
+    ) -> Result<u32, String> {
+        CudaOrder::read(variable, count, uuids).nvml_index(ordinal)
+    }
+
+    fn cuda_number(
+        index: u32,
+        variable: Option<&str>,
+        count: u32,
+        uuids: impl FnOnce() -> Result<Vec<String>, String>,
+    ) -> CudaNumber {
+        CudaOrder::read(variable, count, uuids).cuda_number(index)
+    }
 
     /// A machine of 4 GPUs.
     const COUNT: u32 = 4;

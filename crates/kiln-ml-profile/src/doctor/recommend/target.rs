@@ -19,10 +19,9 @@ pub(super) fn target<'a>(
     // CUDA's device 0 (what `select` takes), which `CUDA_VISIBLE_DEVICES` may map to another
     // NVML device, or hide; where no mapping is known, the first GPU not hidden.
     let mapped = gpus.iter().any(|gpu| gpu.cuda_device.is_some());
-    let cuda_gpu = gpus.iter().find(|gpu| {
-        gpu.cuda_device == Some(0)
-            || (!mapped && gpu.cuda_device.is_none() && !gpu.hidden_from_cuda)
-    });
+    let cuda_gpu = gpus
+        .iter()
+        .find(|gpu| gpu.cuda_device == Some(0) || (!mapped && !gpu.hidden_from_cuda));
     let usable_gpu = cuda_gpu.filter(|_| built("cuda"));
     let usable_adapters = if built("wgpu") { adapters } else { &[] };
     let target = auto_pick(usable_gpu, usable_adapters);
