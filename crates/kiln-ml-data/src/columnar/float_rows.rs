@@ -1,11 +1,9 @@
 //! Columns of floats laid side by side into one row-major matrix.
 
 /// Rows per block of the plain-column transposition: a block's values of one column are read
-/// together and written `width` apart, within a few cache lines of the output. In a throwaway
-/// timing of the copy alone (16 columns of 64 rows), blocks of 4 and 8 rows ran alike, in about
-/// half the time of a column at a time over every row, and 16 slower; `float_matrix` as a whole,
-/// name lookups included, got 12% faster (`cargo bench -p kiln-ml-data --bench
-/// columnar_collate`, docs/performance.md).
+/// together and written `width` apart, within a few cache lines of the output. With it
+/// `float_matrix` is 13% faster than a column at a time over every row (`cargo bench -p
+/// kiln-ml-data --bench columnar_collate`, docs/performance.md).
 const BLOCK_ROWS: usize = 8;
 
 /// `parts` side by side, row by row: part `(values, width)` holds `width` floats per row (1
@@ -18,8 +16,7 @@ pub(crate) fn float_rows(parts: &[(&[f32], usize)], rows: usize) -> Vec<f32> {
         return matrix;
     }
     if parts.iter().all(|&(_, part_width)| part_width == 1) {
-        let columns: Vec<&[f32]> = parts.iter().map(|&(values, _)| &values[..rows]).collect();
-        plain_columns(&columns, &mut matrix);
+        plain_columns(parts, &mut matrix);
         return matrix;
     }
     // Part by part: each part's values are read once, in order, and land `width` apart.
@@ -41,16 +38,16 @@ pub(crate) fn float_rows(parts: &[(&[f32], usize)], rows: usize) -> Vec<f32> {
     matrix
 }
 
-/// Plain columns (one float per row each, all of the matrix's rows) into `matrix`, in blocks of
-/// [`BLOCK_ROWS`] rows.
-fn plain_columns(columns: &[&[f32]], matrix: &mut [f32]) {
+/// Plain columns (parts of width 1, each holding at least the matrix's rows) into `matrix`, in
+/// blocks of [`BLOCK_ROWS`] rows.
+fn plain_columns(columns: &[(&[f32], usize)], matrix: &mut [f32]) {
     let width = columns.len();
     let rows = matrix.len() / width;
     let whole = rows / BLOCK_ROWS * BLOCK_ROWS;
     let (blocks, tail) = matrix.split_at_mut(whole * width);
     for (block, out) in blocks.chunks_exact_mut(BLOCK_ROWS * width).enumerate() {
         let start = block * BLOCK_ROWS;
-        for (column, values) in columns.iter().enumerate() {
+        for (column, &(values, _)) in columns.iter().enumerate() {
             // A fixed-length window: the compiler unrolls the block and drops the bounds checks.
             let values: &[f32; BLOCK_ROWS] = values[start..start + BLOCK_ROWS]
                 .try_into()
@@ -61,7 +58,7 @@ fn plain_columns(columns: &[&[f32]], matrix: &mut [f32]) {
         }
     }
     for (row, out) in tail.chunks_exact_mut(width).enumerate() {
-        for (slot, values) in out.iter_mut().zip(columns) {
+        for (slot, &(values, _)) in out.iter_mut().zip(columns) {
             *slot = values[whole + row];
         }
     }
