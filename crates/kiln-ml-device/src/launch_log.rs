@@ -61,9 +61,11 @@ impl LaunchLog {
         let mut launches = Launches::default();
         let mut counts = std::collections::BTreeMap::<String, u64>::new();
         self.read_whole_lines(|line| {
-            if let Some(name) = line.trim_end().strip_prefix(LAUNCH_PREFIX) {
+            if let Some(name) = line.trim_ascii_end().strip_prefix(LAUNCH_PREFIX.as_bytes()) {
                 launches.count += 1;
-                *counts.entry(name.to_owned()).or_default() += 1;
+                *counts
+                    .entry(String::from_utf8_lossy(name).into_owned())
+                    .or_default() += 1;
             }
         })?;
         launches.by_kernel = counts.into_iter().collect();
@@ -73,19 +75,20 @@ impl LaunchLog {
         Ok(launches)
     }
 
-    /// Hands every whole line after the offset to `each` and moves the offset past them; a
-    /// last line without its end is still being written and is left for next time.
-    fn read_whole_lines(&mut self, mut each: impl FnMut(&str)) -> std::io::Result<()> {
+    /// Hands every whole line after the offset to `each`, as bytes (a mark decodes nothing),
+    /// and moves the offset past them; a last line without its end is still being written and
+    /// is left for next time.
+    fn read_whole_lines(&mut self, mut each: impl FnMut(&[u8])) -> std::io::Result<()> {
         let Ok(file) = std::fs::File::open(&self.path) else {
             return Ok(());
         };
         let mut reader = BufReader::new(file);
         reader.seek(SeekFrom::Start(self.offset))?;
-        let mut line = String::new();
+        let mut line = Vec::new();
         loop {
             line.clear();
-            let read = reader.read_line(&mut line)?;
-            if read == 0 || !line.ends_with('\n') {
+            let read = reader.read_until(b'\n', &mut line)?;
+            if read == 0 || line.last() != Some(&b'\n') {
                 return Ok(());
             }
             self.offset += read as u64;
