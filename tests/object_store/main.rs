@@ -27,8 +27,6 @@ use server::{S3Server, start_or_skip};
 const BUCKET: &str = "kiln";
 const BATCH: u64 = 25;
 
-/// Six files of uneven size (ids 0..600 in order), row groups of at most 50 rows; returns the
-/// files.
 /// The dataset's files, in the order a directory walk finds them (and their ids run): name by
 /// name, so `en/` comes before `en-US/`, where whole keys sort `-` before `/`.
 const FILES: [&str; 6] = [
@@ -40,6 +38,8 @@ const FILES: [&str; 6] = [
     "part-5.parquet",
 ];
 
+/// Six files of uneven size (ids 0..600 in order), row groups of at most 50 rows; returns the
+/// files.
 fn write_dataset(dir: &Path) -> Vec<PathBuf> {
     let sizes = [40u32, 150, 60, 200, 90, 60];
     let properties = WriterProperties::builder()
