@@ -33,8 +33,9 @@ mod tests {
             // CI installs lavapipe and says so: there, no adapter is a failure.
             #[cfg(feature = "wgpu")]
             assert!(
-                std::env::var("KILN_REQUIRE_GPU").as_deref() != Ok("1"),
-                "KILN_REQUIRE_GPU=1 but no Vulkan adapter: {:?}",
+                std::env::var(kiln_ml_testkit::REQUIRE_GPU).as_deref() != Ok("1"),
+                "{}=1 but no Vulkan adapter: {:?}",
+                kiln_ml_testkit::REQUIRE_GPU,
                 status.reason
             );
             assert!(status.reason.is_some_and(|reason| !reason.is_empty()));
