@@ -124,14 +124,16 @@ pub struct TrainerConfig {
     /// norm back every step anyway, for the loss scaler. Default 0.
     pub read_loss_every: u64,
     /// How many optimizer steps the host may have queued on the device: once this many are
-    /// queued without a readback, the host waits for the oldest to finish (through a read of
-    /// its loss started when it was queued), while the later ones stay queued, so the device is
-    /// never left idle between steps ([`Counters::lagged_waits`](crate::Counters::lagged_waits)
-    /// counts these waits; none is a device sync). This is the bounded run-ahead CUDA's launch
-    /// queue gives PyTorch: without a bound the queue grows for the whole epoch, and when the
-    /// device shares the host's cores (lavapipe) that costs more than it saves. 0 never waits;
-    /// 1 waits for every step as it is queued. A step that reads back empties the count.
-    /// Default 2: the host queues a step while the one before it runs.
+    /// queued past the last one known to have finished, the host waits for an earlier one to
+    /// finish (through a read of its loss started when it was queued), while the later ones
+    /// stay queued, so the device is never left idle between steps
+    /// ([`Counters::lagged_waits`](crate::Counters::lagged_waits) counts these waits; none is a
+    /// device sync). Starting a read costs host time, so only every `max(1, bound / 2)`-th step
+    /// starts one: the queue then stays between half the bound and the bound. This is the
+    /// bounded run-ahead CUDA's launch queue gives PyTorch: without a bound the queue grows for
+    /// the whole epoch, and when the device shares the host's cores (lavapipe) that costs more
+    /// than it saves. 0 never waits; 1 waits for every step as it is queued. A step that reads
+    /// back empties the count. Default 2: the host queues a step while the one before it runs.
     pub max_queued_steps: u64,
     /// Check the loss of every micro-batch and the gradients of every step, and stop with an
     /// error naming the step on NaN or inf (one extra host sync per micro-batch). Under

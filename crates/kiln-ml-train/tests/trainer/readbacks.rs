@@ -94,9 +94,10 @@ fn last_loss_is_read_on_demand<B: AutodiffBackend>(device: B::Device) {
     assert_eq!(trainer.counters().readbacks, 1, "read once, then cached");
 }
 
-/// Without readbacks the host keeps at most `max_queued_steps` steps queued: from the one that
-/// fills the queue on, each step waits for the oldest queued one (a lagged wait, never a
-/// device sync); a step that reads back empties the queue, and 0 never waits.
+/// Without readbacks the host keeps at most `max_queued_steps` steps queued: once that many are
+/// queued past the last finished one, the step waits for an earlier one (a lagged wait, never a
+/// device sync); up to 3 every step waits, from 4 on every `max_queued_steps / 2`-th; 0 never
+/// waits.
 fn run_ahead_is_bounded_by_lagged_waits<B: AutodiffBackend>(device: B::Device) {
     let waits = |config: TrainerConfig| {
         let mut trainer = common::sgd_trainer::<B>(&device, 0.05, config);
@@ -114,6 +115,10 @@ fn run_ahead_is_bounded_by_lagged_waits<B: AutodiffBackend>(device: B::Device) {
     );
     assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(1)), STEPS);
     assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(0)), 0);
+    // From 4 on, every other step reads its loss: at step 4 the host waits for step 2, at 6
+    // for step 4.
+    assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(4)), 2);
+    assert_eq!(waits(TrainerConfig::new().with_max_queued_steps(8)), 0);
 }
 
 /// A step that reads back empties the queue: with a readback every 3rd step, steps 1-2 wait
