@@ -9,7 +9,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -134,16 +134,34 @@ fn start_node(rank: usize, coordinator: u16, steps: usize, out: &Path) -> Child 
         .unwrap()
 }
 
-/// Waits for every child until the deadline; kills them all past it. Returns each one's
-/// output when all succeeded, or a message with every output otherwise.
+/// Waits for every child until all succeeded, one failed, or the deadline passed; then kills
+/// those still running (a node whose peer failed waits forever) and returns, when any did not
+/// succeed, a message with every child's status and output.
 fn wait_all(mut children: Vec<Child>) -> Result<(), String> {
     let started = Instant::now();
+    // Read while the children run: a child blocked on a full pipe would never finish.
+    let outputs: Vec<_> = children
+        .iter_mut()
+        .map(|child| {
+            let stdout = child.stdout.take().unwrap();
+            let stderr = child.stderr.take().unwrap();
+            (read_all(stdout), read_all(stderr))
+        })
+        .collect();
     let mut statuses = vec![None; children.len()];
     let deadline = std::env::var("KILN_TEST_NODE_DEADLINE_S")
         .ok()
         .and_then(|seconds| seconds.parse().ok())
         .map_or(DEADLINE, Duration::from_secs);
-    while statuses.iter().any(Option::is_none) && started.elapsed() < deadline {
+    let failed = |statuses: &[Option<ExitStatus>]| {
+        statuses
+            .iter()
+            .any(|status| status.is_some_and(|status| !status.success()))
+    };
+    while statuses.iter().any(Option::is_none)
+        && !failed(&statuses)
+        && started.elapsed() < deadline
+    {
         for (child, status) in children.iter_mut().zip(&mut statuses) {
             if status.is_none() {
                 *status = child.try_wait().unwrap();
@@ -151,37 +169,36 @@ fn wait_all(mut children: Vec<Child>) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let timed_out = statuses.iter().any(Option::is_none);
+    let timed_out = !failed(&statuses) && statuses.iter().any(Option::is_none);
     let mut report = String::new();
-    for (rank, child) in children.iter_mut().enumerate() {
-        if timed_out {
+    for (rank, ((child, status), (stdout, stderr))) in
+        children.iter_mut().zip(&statuses).zip(outputs).enumerate()
+    {
+        if status.is_none() {
             let _ = child.kill();
         }
         let status = child.wait().unwrap();
-        let mut output = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut output)
-            .unwrap();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut output)
-            .unwrap();
-        report.push_str(&format!("--- node {rank} ({status}):\n{output}\n"));
-        if !status.success() && !timed_out {
-            return Err(report);
-        }
+        let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+        report.push_str(&format!("--- node {rank} ({status}):\n{stdout}{stderr}\n"));
     }
     if timed_out {
         return Err(format!(
-            "the nodes did not finish within {DEADLINE:?}\n{report}"
+            "the nodes did not finish within {deadline:?}\n{report}"
         ));
     }
+    if failed(&statuses) {
+        return Err(report);
+    }
     Ok(())
+}
+
+/// A thread that reads `pipe` to its end.
+fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
 }
 
 /// The coordinator this test process hosts for every run, started on first use.

@@ -15,6 +15,7 @@
 # seconds, minADE@6. `--device cpu` tries it here (flex).
 set -u
 cd "$(dirname "$0")/../.."
+source benches/gpu/env.sh
 OUT="" CACHE="" RUNS="q2 q8 q0 plain q4 q16 q2 q8 q0 plain" SECONDS_LEFT=125 DEVICE=cuda
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,14 +33,9 @@ mkdir -p "$OUT" && OUT=$(realpath "$OUT")
 X=$(mktemp -d)
 trap 'rm -rf "$X"' EXIT
 xz -dc .gpu/bin/quickstart.xz >"$X/qs" && chmod +x "$X/qs" || { echo "no .gpu/bin/quickstart.xz: run benches/gpu/pack.sh" >&2; exit 1; }
-# NVRTC for the CUDA kernels (as run.sh finds it).
-for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/targets/x86_64-linux/lib; do
-  [ -e "$d/libnvrtc.so" ] || ls "$d"/libnvrtc.so.* >/dev/null 2>&1 || continue
-  export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break
-done
-export KILN_CACHE_DIR=$X/cache XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$X}
-mkdir -p "$KILN_CACHE_DIR"
-[ -z "$CACHE" ] || tar -C "$KILN_CACHE_DIR" -xJf "$CACHE"
+find_nvrtc
+use_kernel_cache "$X/cache" "$CACHE"
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$X}
 START=$SECONDS
 n=0
 for run in $RUNS; do
