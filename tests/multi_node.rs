@@ -11,7 +11,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use burn::optim::SgdConfig;
 use kiln_ml::backend::CpuAutodiff;
@@ -97,19 +97,47 @@ fn node_process() {
     std::fs::write(out, serde_json::to_vec(&params[0]).unwrap()).unwrap();
 }
 
-/// A port free on 127.0.0.1 right now, with the next one free too (kiln's multi-node sessions
-/// use both).
-fn free_port() -> u16 {
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
+/// `count` pairs of ports (`port`, `port + 1`: kiln's multi-node sessions use both), free right
+/// now, none shared, all below the machine's ephemeral range. kiln closes and reopens a node's
+/// ports at every operation, so an outgoing connection may take one in between, and `run`
+/// refuses ports from that range; drawn from it (as this test once did), 4 runs in about 270
+/// failed so here.
+fn free_port_pairs(count: usize) -> Vec<u16> {
+    let ephemeral_start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let low = ephemeral_start / 2;
+    let pairs = u64::from((ephemeral_start - low) / 2);
+    // Another start in each process: tests running at once rarely try the same ports.
+    let clock = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let seed = u64::from(std::process::id()) ^ u64::from(clock.subsec_nanos());
+    // The listeners stay open until every pair is chosen, so that no pair is chosen twice.
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    for offset in 0..pairs {
+        if ports.len() == count {
+            break;
+        }
+        let port = low + 2 * ((seed + offset) % pairs) as u16;
+        // Burn's servers listen on every interface.
+        if let (Ok(first), Ok(second)) = (
+            TcpListener::bind(("0.0.0.0", port)),
+            TcpListener::bind(("0.0.0.0", port + 1)),
+        ) {
+            held.extend([first, second]);
+            ports.push(port);
         }
     }
+    assert_eq!(
+        ports.len(),
+        count,
+        "no {count} free port pairs below {ephemeral_start}"
+    );
+    ports
 }
 
-fn start_node(rank: usize, coordinator: u16, steps: usize, out: &Path) -> Child {
+fn start_node(rank: usize, coordinator: u16, port: u16, steps: usize, out: &Path) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -125,7 +153,7 @@ fn start_node(rank: usize, coordinator: u16, steps: usize, out: &Path) -> Child 
         .env("KILN_NUM_NODES", NODES.to_string())
         .env("KILN_NODE_RANK", rank.to_string())
         .env("KILN_COORDINATOR", format!("127.0.0.1:{coordinator}"))
-        .env("KILN_NODE_ADDRESS", format!("127.0.0.1:{}", free_port()))
+        .env("KILN_NODE_ADDRESS", format!("127.0.0.1:{port}"))
         // The test process hosts the coordinator, apart from both nodes.
         .env("KILN_START_COORDINATOR", "0")
         .stdout(Stdio::piped())
@@ -158,9 +186,7 @@ fn wait_all(mut children: Vec<Child>) -> Result<(), String> {
             .iter()
             .any(|status| status.is_some_and(|status| !status.success()))
     };
-    while statuses.iter().any(Option::is_none)
-        && !failed(&statuses)
-        && started.elapsed() < deadline
+    while statuses.iter().any(Option::is_none) && !failed(&statuses) && started.elapsed() < deadline
     {
         for (child, status) in children.iter_mut().zip(&mut statuses) {
             if status.is_none() {
@@ -205,7 +231,7 @@ fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Str
 fn coordinator() -> u16 {
     static PORT: OnceLock<u16> = OnceLock::new();
     *PORT.get_or_init(|| {
-        let port = free_port();
+        let port = free_port_pairs(1)[0];
         DataParallel::start_coordinator(port).unwrap();
         port
     })
@@ -221,8 +247,9 @@ fn run_nodes(steps: usize) -> Vec<Vec<f32>> {
     let outs: Vec<_> = (0..NODES)
         .map(|rank| directory.path().join(format!("node-{rank}.json")))
         .collect();
+    let ports = free_port_pairs(NODES);
     let children = (0..NODES)
-        .map(|rank| start_node(rank, coordinator, steps, &outs[rank]))
+        .map(|rank| start_node(rank, coordinator, ports[rank], steps, &outs[rank]))
         .collect();
     if let Err(report) = wait_all(children) {
         panic!("{report}");

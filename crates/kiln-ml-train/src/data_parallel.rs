@@ -11,6 +11,7 @@ use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::panic_message;
 
 use crate::collective::Collective;
+use crate::ephemeral_ports::EphemeralPorts;
 use crate::replica_group::{RELEASED, ReplicaGroup};
 use crate::{Error, NodeConfig, Replica, Result};
 
@@ -94,6 +95,8 @@ impl DataParallel {
         let sessions = self.sessions(devices.len())?;
         if let Some(node) = &self.node {
             check_one_tokio_worker(std::env::var("TOKIO_WORKER_THREADS").ok().as_deref())?;
+            check_node_ports(node, EphemeralPorts::of_this_machine().as_ref())?;
+            check_node_ports_free(node)?;
             if node.start_coordinator {
                 Self::start_coordinator(node.coordinator_port())?;
             }
@@ -218,6 +221,50 @@ fn check_one_tokio_worker(workers: Option<&str>) -> Result<()> {
     })
 }
 
+/// Refuses tensor-service ports that the machine's outgoing connections may take: kiln closes
+/// and reopens them at every operation, and one taken in between cuts this node off
+/// (`ephemeral_ports.rs`). Nothing is checked where the range cannot be read.
+fn check_node_ports(node: &NodeConfig, ephemeral: Option<&EphemeralPorts>) -> Result<()> {
+    let Some(ephemeral) = ephemeral else {
+        return Ok(());
+    };
+    let port = node.node_port();
+    let ports = [port, port + 1];
+    let Some(taken) = ports.into_iter().find(|&port| ephemeral.may_take(port)) else {
+        return Ok(());
+    };
+    let (low, high) = ephemeral.bounds();
+    Err(Error::InvalidDataParallel {
+        reason: format!(
+            "the node address {:?} serves tensors on ports {port} and {}, and {taken} lies in this \
+             machine's ephemeral port range {low}-{high} (/proc/sys/net/ipv4/ip_local_port_range): \
+             kiln closes and reopens these ports at every operation, and an outgoing connection \
+             may take one in between, after which the other nodes cannot reach this node. Choose \
+             ports outside the range (the usual range starts at 32768; PyTorch's default is 29500), \
+             or reserve them: sysctl -w net.ipv4.ip_local_reserved_ports={port}-{}",
+            node.node_address, ports[1], ports[1],
+        ),
+    })
+}
+
+/// Refuses tensor-service ports this node cannot listen on: burn-collective 0.21 only drops the
+/// error, and every node would then fail at the first transfer from this one.
+fn check_node_ports_free(node: &NodeConfig) -> Result<()> {
+    let port = node.node_port();
+    for port in [port, port + 1] {
+        std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|error| {
+            Error::InvalidDataParallel {
+                reason: format!(
+                    "this node cannot serve tensors on port {port} (the node address {:?} and \
+                     the port after it): {error}",
+                    node.node_address
+                ),
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// Resets burn-collective's server for the backend, which fails every operation a replica waits
 /// in. A server that already died (it panics on what it does not implement) needs no reset.
 /// The failure to report: the first that is not only the echo of another's: a replica released
@@ -308,6 +355,40 @@ impl DataParallel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_ports_outgoing_connections_may_take_are_refused() {
+        let ephemeral = EphemeralPorts::parse("32768 60999", "40000-40001");
+        let check = |address: &str| {
+            let node = NodeConfig::new(1, 2, "10.0.0.1:29400", address).unwrap();
+            check_node_ports(&node, ephemeral.as_ref())
+        };
+        assert!(check("10.0.0.2:29500").is_ok());
+        assert!(
+            check("10.0.0.2:40000").is_ok(),
+            "reserved ports are never taken"
+        );
+        for (address, taken) in [("h:32767", 32768), ("h:32841", 32841), ("h:60999", 60999)] {
+            let error = check(address).unwrap_err().to_string();
+            assert!(error.contains(&format!("{taken} lies in")), "{error}");
+            assert!(error.contains("ip_local_reserved_ports"), "{error}");
+        }
+        let unknown = NodeConfig::new(1, 2, "h:1", "h:40100").unwrap();
+        assert!(
+            check_node_ports(&unknown, None).is_ok(),
+            "nothing to check against"
+        );
+    }
+
+    #[test]
+    fn node_ports_in_use_are_refused() {
+        let taken = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let node = NodeConfig::new(1, 2, "h:1", format!("h:{port}")).unwrap();
+        let error = check_node_ports_free(&node).unwrap_err().to_string();
+        assert!(error.contains(&format!("on port {port}")), "{error}");
+        drop(taken);
+    }
 
     #[test]
     fn multi_node_runs_ask_for_one_tokio_worker() {

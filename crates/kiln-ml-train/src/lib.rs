@@ -105,6 +105,7 @@ mod counters;
 mod data_parallel;
 mod early_stopping;
 mod ema;
+mod ephemeral_ports;
 mod epoch_summary;
 mod error;
 mod first_step;
