@@ -100,7 +100,7 @@ fn node_process() {
 /// `count` pairs of ports (`port`, `port + 1`: kiln's multi-node sessions use both), free right
 /// now, none shared, all below the machine's ephemeral range. kiln closes and reopens a node's
 /// ports at every operation, so an outgoing connection may take one in between, and `run`
-/// refuses ports from that range; drawn from it (as this test once did), 4 runs in about 270
+/// refuses ports from that range; drawn from it (as this test once did), 4 runs in about 1,020
 /// failed so here.
 fn free_port_pairs(count: usize) -> Vec<u16> {
     let ephemeral_start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
