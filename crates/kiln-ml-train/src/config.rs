@@ -128,11 +128,11 @@ pub struct TrainerConfig {
     /// finish (through a read of its loss started when it was queued), while the later ones
     /// stay queued, so the device is never left idle between steps
     /// ([`Counters::lagged_waits`](crate::Counters::lagged_waits) counts these waits; none is a
-    /// device sync). Starting a read costs host time, so only every `max(1, bound / 2)`-th step
+    /// device sync). Reading costs host time, so only every `max(1, bound / 2)`-th step
     /// starts one: the queue then stays between half the bound and the bound. This is the
-    /// bounded run-ahead CUDA's launch queue gives PyTorch: without a bound the queue grows for
-    /// the whole epoch, and when the device shares the host's cores (lavapipe) that costs more
-    /// than it saves. 0 never waits; 1 waits for every step as it is queued. A step that reads
+    /// bounded run-ahead CUDA's launch queue gives PyTorch: without a bound the queue, and the
+    /// batches uploaded for it, grow for the whole epoch (though on an H200, and on lavapipe
+    /// with a small quickstart, no bound was the fastest: docs/performance.md). 0 never waits; 1 waits for every step as it is queued. A step that reads
     /// back empties the count. Default 2: the host queues a step while the one before it runs.
     pub max_queued_steps: u64,
     /// Check the loss of every micro-batch and the gradients of every step, and stop with an

@@ -241,7 +241,8 @@ fn check_node_ports(node: &NodeConfig, ephemeral: Option<&EphemeralPorts>) -> Re
              kiln closes and reopens these ports at every operation, and an outgoing connection \
              may take one in between, after which the other nodes cannot reach this node. Choose \
              ports outside the range (the usual range starts at 32768; PyTorch's default is 29500), \
-             or reserve them: sysctl -w net.ipv4.ip_local_reserved_ports={port}-{}",
+             or add them to net.ipv4.ip_local_reserved_ports (which lists every reserved port: \
+             append {port}-{} to it, do not replace it)",
             node.node_address, ports[1], ports[1],
         ),
     })
@@ -251,6 +252,17 @@ fn check_node_ports(node: &NodeConfig, ephemeral: Option<&EphemeralPorts>) -> Re
 /// error, and every node would then fail at the first transfer from this one.
 fn check_node_ports_free(node: &NodeConfig) -> Result<()> {
     let port = node.node_port();
+    // Both listen on every interface of this machine, so the host names do not keep them apart.
+    let coordinator = node.coordinator_port();
+    if node.start_coordinator && port.abs_diff(coordinator) <= 1 {
+        return Err(Error::InvalidDataParallel {
+            reason: format!(
+                "the node address {:?} and the coordinator {:?} this process starts share a \
+                 port: each uses its port and the next one",
+                node.node_address, node.coordinator
+            ),
+        });
+    }
     for port in [port, port + 1] {
         std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|error| {
             Error::InvalidDataParallel {
@@ -388,6 +400,17 @@ mod tests {
         let error = check_node_ports_free(&node).unwrap_err().to_string();
         assert!(error.contains(&format!("on port {port}")), "{error}");
         drop(taken);
+    }
+
+    #[test]
+    fn node_ports_next_to_the_coordinator_it_starts_are_refused() {
+        for node_port in [29399, 29400, 29401] {
+            let node = NodeConfig::new(0, 2, "10.0.0.1:29400", format!("10.0.0.1:{node_port}"));
+            let error = check_node_ports_free(&node.unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("share a port"), "{error}");
+        }
     }
 
     #[test]

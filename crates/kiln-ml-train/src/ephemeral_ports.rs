@@ -34,19 +34,19 @@ impl EphemeralPorts {
     }
 
     /// From the two files' text: `low high`, and a comma-separated list of ports and
-    /// `low-high` ranges (empty when none is reserved).
+    /// `low-high` ranges (empty when none is reserved). An entry of the list it cannot read
+    /// reserves nothing: the range is still checked.
     pub(crate) fn parse(range: &str, reserved: &str) -> Option<Self> {
         let mut bounds = range.split_whitespace().map(str::parse::<u16>);
         let (low, high) = (bounds.next()?.ok()?, bounds.next()?.ok()?);
         let reserved = reserved
             .trim()
             .split(',')
-            .filter(|item| !item.is_empty())
-            .map(|item| match item.split_once('-') {
+            .filter_map(|item| match item.split_once('-') {
                 Some((low, high)) => Some(low.trim().parse().ok()?..=high.trim().parse().ok()?),
                 None => item.trim().parse().ok().map(|port| port..=port),
             })
-            .collect::<Option<Vec<_>>>()?;
+            .collect();
         Some(Self {
             range: low..=high,
             reserved,
@@ -85,10 +85,16 @@ mod tests {
     }
 
     #[test]
-    fn text_it_cannot_read_is_no_answer() {
+    fn a_range_it_cannot_read_is_no_answer() {
         assert_eq!(EphemeralPorts::parse("", ""), None);
         assert_eq!(EphemeralPorts::parse("32768", ""), None);
         assert_eq!(EphemeralPorts::parse("low high", ""), None);
-        assert_eq!(EphemeralPorts::parse("32768 60999", "4000x"), None);
+    }
+
+    #[test]
+    fn a_reserved_entry_it_cannot_read_reserves_nothing() {
+        let ports = EphemeralPorts::parse("32768 60999", "4000x,40000").unwrap();
+        assert!(!ports.may_take(40000));
+        assert!(ports.may_take(40001));
     }
 }

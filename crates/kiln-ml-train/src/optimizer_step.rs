@@ -336,8 +336,9 @@ where
     }
 
     /// Records the step just queued (its loss sum tells when it ended) and, once
-    /// `max_queued_steps` steps are queued, waits for the oldest to finish: the device keeps the
-    /// later ones queued (see [`RunAhead`](crate::run_ahead::RunAhead)).
+    /// `max_queued_steps` steps are queued past the last one known finished, waits for the
+    /// oldest read within the bound: the device keeps the later steps queued (see
+    /// [`RunAhead`](crate::run_ahead::RunAhead)).
     fn bound_run_ahead(&mut self, loss_sum: Tensor<B::InnerBackend, 1>) -> Result<()> {
         let waited = self
             .run_ahead

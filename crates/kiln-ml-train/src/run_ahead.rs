@@ -9,8 +9,9 @@
 //! launch latency lost), and the host never gets more than the bound ahead. CUDA's launch queue
 //! gives PyTorch the same bound.
 //!
-//! Starting a read costs host time (0.3-0.5 ms a step on an H200, docs/performance.md), so only
-//! every `max(1, max_queued_steps / 2)`-th step starts one: with a bound of 2 every step reads
+//! Reading costs host time (on an H200 a step bounded at 2 took 0.37-0.92 ms longer than an
+//! unbounded one, which starts no read; docs/performance.md), so only every
+//! `max(1, max_queued_steps / 2)`-th step starts one: with a bound of 2 every step reads
 //! and waits for the one before it; with 8, every 4th step reads, and the queue stays between
 //! 4 and 8 steps deep.
 
@@ -176,7 +177,8 @@ mod tests {
         assert_eq!(run(17, 8), (vec![8, 12, 16], vec![16]));
         // Reads at 2, 4, 6, 8: waits for 2 at step 4, for 4 at 6, for 6 at 8.
         assert_eq!(run(9, 4), (vec![4, 6, 8], vec![8]));
-        // An odd bound: reads every 2nd step, waits once 5 steps are queued past the last read.
+        // An odd bound: reads every 2nd step, waits once 5 steps are queued past the last
+        // finished one.
         assert_eq!(run(12, 5), (vec![5, 7, 9, 11], vec![10, 12]));
     }
 

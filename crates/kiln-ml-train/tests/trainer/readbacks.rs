@@ -96,8 +96,8 @@ fn last_loss_is_read_on_demand<B: AutodiffBackend>(device: B::Device) {
 
 /// Without readbacks the host keeps at most `max_queued_steps` steps queued: once that many are
 /// queued past the last finished one, the step waits for an earlier one (a lagged wait, never a
-/// device sync); up to 3 every step waits, from 4 on every `max_queued_steps / 2`-th; 0 never
-/// waits.
+/// device sync). With a bound up to 3, every step from the bound's on waits; with a larger one,
+/// every `max_queued_steps / 2`-th; with 0, none.
 fn run_ahead_is_bounded_by_lagged_waits<B: AutodiffBackend>(device: B::Device) {
     let waits = |config: TrainerConfig| {
         let mut trainer = common::sgd_trainer::<B>(&device, 0.05, config);
