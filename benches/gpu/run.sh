@@ -211,8 +211,6 @@ def tests():
     if not files:
         return None, None
     text = "".join(read(f) for f in files)
-    if dry:
-        return None, None
     # One summary per test process; a process without one hung or crashed: count what finished,
     # and its unfinished tests as failed.
     passed = len(re.findall(r"\.\.\. ok$", text, re.M))
@@ -456,9 +454,9 @@ else
   echo "-- torch: skipped ($PYTHON has no torch and pyarrow)"
 fi
 
-# The `cuda` trainer tests (ignored without a driver; here only listed). They make their devices
-# without kiln's settings, so a cubecl.toml in their working folder puts their kernel and tuning
-# caches with the others. One test process per module: CubeCL compiles each kernel on its
+# The `cuda` trainer tests (ignored without a driver; a dry run runs their flex twins). They make
+# their devices without kiln's settings, so a cubecl.toml in their working folder puts their
+# kernel and tuning caches with the others. One test process per module: CubeCL compiles each kernel on its
 # device's own thread, one at a time, so on a cold cache separate processes compile on separate
 # cores. --nocapture: a failure's message is printed when it happens, not after the last test
 # (which a deadline may never reach). Each module's output goes to logs/cuda_tests.MODULE.log.
@@ -470,26 +468,28 @@ cache = { file = "$KILN_CACHE_DIR/cubecl" }
 cache = { file = "$KILN_CACHE_DIR/cubecl/compiled/tests" }
 TOML
 cuda_tests() {
-  if [ "$DRY" = 1 ]; then
-    step cuda_tests 60 "$B/trainer" --list --ignored cuda::
-    return
-  fi
-  local modules
-  modules=$("$B/trainer" --list --ignored 2>/dev/null | sed -n 's/^\([a-z_]*\)::cuda::.*: test$/\1/p' | sort -u)
+  # A dry run takes the same path with the tests' flex variants (not ignored), so that the
+  # per-module processes and the counting in gpu.json are tried before a GPU's minutes are spent.
+  local backend=cuda modules
+  [ "$DRY" = 1 ] && backend=flex
+  modules=$("$B/trainer" --list --include-ignored 2>/dev/null |
+    sed -n 's/^\([a-z_]*\)::'"$backend"'::.*: test$/\1/p' | sort -u)
   if [ -z "$modules" ]; then
-    echo "-- cuda_tests: the trainer binary lists no cuda test (built without --features cuda?)"
+    echo "-- cuda_tests: the trainer binary lists no $backend test (built without --features cuda?)"
     return 1
   fi
   (cd "$WORK/tests" && step cuda_tests 240 bash -c '
     pids=()
+    ignored=()
+    [ "$2" = cuda ] && ignored=(--ignored)
     for module in '"$(echo $modules)"'; do
-      "$0" --ignored --nocapture --test-threads 2 "$module::cuda::" >"$1/cuda_tests.$module.log" 2>&1 &
+      "$0" "${ignored[@]}" --nocapture --test-threads 2 "$module::$2::" >"$1/cuda_tests.$module.log" 2>&1 &
       pids+=($!)
     done
     failed=0
     for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
     grep -h "^test result" "$1"/cuda_tests.*.log
-    exit $failed' "$B/trainer" "$LOGS")
+    exit $failed' "$B/trainer" "$LOGS" "$backend")
 }
 
 # Cold kernel caches. Compilation runs on one core per process, so what needs an empty cache
