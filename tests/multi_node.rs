@@ -7,7 +7,7 @@
 //! 20 optimizer steps here are some 20 sessions.
 
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -232,19 +232,8 @@ fn coordinator() -> u16 {
     static PORT: OnceLock<u16> = OnceLock::new();
     *PORT.get_or_init(|| {
         let port = free_port_pairs(1)[0];
+        // It returns once both ports listen: no node is given them below.
         DataParallel::start_coordinator(port).unwrap();
-        // It binds on its own thread: wait until both ports listen, so that no node is given
-        // them (and the nodes find it there).
-        let started = Instant::now();
-        for port in [port, port + 1] {
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(
-                    started.elapsed() < Duration::from_secs(30),
-                    "the coordinator does not listen on port {port}"
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
         port
     })
 }

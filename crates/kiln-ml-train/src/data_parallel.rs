@@ -2,8 +2,10 @@
 //! fusion stream; the replicas of a node meet in their group, and on many nodes through
 //! burn-collective's global level.
 
+use std::net::TcpStream;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
 
 use burn::collective::{CollectiveConfig, PeerId, reset_collective};
 use burn::tensor::StreamId;
@@ -319,7 +321,8 @@ impl DataParallel {
     /// (the sessions of a multi-node run alternate between the two), on a thread of this
     /// process, once: it serves every later run and stops with the process. Node 0 calls it for
     /// you when its [`NodeConfig::start_coordinator`] is set; a launcher that keeps the
-    /// coordinator apart from the nodes calls it itself. Burn's server listens on every
+    /// coordinator apart from the nodes calls it itself. It returns once both ports accept
+    /// connections (an error if they do not within 10 s). Burn's server listens on every
     /// interface (`0.0.0.0`), so keep both ports behind the cluster's firewall.
     pub fn start_coordinator(port: u16) -> Result<()> {
         static STARTED: OnceLock<u16> = OnceLock::new();
@@ -360,9 +363,29 @@ impl DataParallel {
                 ),
             });
         }
+        // Its thread binds the ports, and Burn only logs a bind that fails (a port taken since
+        // the check above): return once both accept connections, so that nodes started next
+        // find it there.
+        let deadline = Instant::now() + COORDINATOR_START;
+        for port in [port, port.saturating_add(1)] {
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                if Instant::now() > deadline {
+                    return Err(Error::InvalidDataParallel {
+                        reason: format!(
+                            "the coordinator does not listen on port {port} {COORDINATOR_START:?} \
+                             after it started (taken by another process meanwhile?)"
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         Ok(())
     }
 }
+
+/// How long [`DataParallel::start_coordinator`] waits for its ports to listen.
+const COORDINATOR_START: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
@@ -411,6 +434,31 @@ mod tests {
                 .to_string();
             assert!(error.contains("share a port"), "{error}");
         }
+    }
+
+    #[test]
+    fn the_coordinator_listens_on_both_ports_once_started() {
+        let port = loop {
+            let listener = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            if port < u16::MAX && std::net::TcpListener::bind(("0.0.0.0", port + 1)).is_ok() {
+                break port;
+            }
+        };
+        DataParallel::start_coordinator(port).unwrap();
+        for port in [port, port + 1] {
+            assert!(
+                TcpStream::connect(("127.0.0.1", port)).is_ok(),
+                "port {port}"
+            );
+        }
+        // It runs once per process: again on its port is nothing, on another an error.
+        DataParallel::start_coordinator(port).unwrap();
+        let error = DataParallel::start_coordinator(port + 2).unwrap_err();
+        assert!(
+            error.to_string().contains("already runs a coordinator"),
+            "{error}"
+        );
     }
 
     #[test]
