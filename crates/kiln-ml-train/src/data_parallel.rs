@@ -230,8 +230,8 @@ fn check_node_ports(node: &NodeConfig, ephemeral: Option<&EphemeralPorts>) -> Re
     let Some(ephemeral) = ephemeral else {
         return Ok(());
     };
-    let port = node.node_port();
-    let ports = [port, port + 1];
+    let ports = port_pair(node.node_port());
+    let port = ports[0];
     let Some(taken) = ports.into_iter().find(|&port| ephemeral.may_take(port)) else {
         return Ok(());
     };
@@ -265,14 +265,24 @@ fn check_node_ports_free(node: &NodeConfig) -> Result<()> {
             ),
         });
     }
-    for port in [port, port + 1] {
+    check_can_listen(
+        port_pair(port),
+        &format!("this node (the node address {:?})", node.node_address),
+    )
+}
+
+/// A server's two ports: kiln's multi-node sessions alternate between `port` and the next.
+fn port_pair(port: u16) -> [u16; 2] {
+    [port, port.saturating_add(1)]
+}
+
+/// Refuses `ports` when this machine cannot listen on one on every interface, as Burn's servers
+/// do: Burn only logs such a failure, and the run would then wait or fail far from its cause.
+fn check_can_listen(ports: [u16; 2], who: &str) -> Result<()> {
+    for port in ports {
         std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|error| {
             Error::InvalidDataParallel {
-                reason: format!(
-                    "this node cannot serve tensors on port {port} (the node address {:?} and \
-                     the port after it): {error}",
-                    node.node_address
-                ),
+                reason: format!("{who} cannot listen on port {port}: {error}"),
             }
         })?;
     }
@@ -326,15 +336,9 @@ impl DataParallel {
     /// interface (`0.0.0.0`), so keep both ports behind the cluster's firewall.
     pub fn start_coordinator(port: u16) -> Result<()> {
         static STARTED: OnceLock<u16> = OnceLock::new();
-        // Burn's orchestrator only logs a port it cannot bind, and every node would then wait.
+        let ports = port_pair(port);
         if STARTED.get().is_none() {
-            for port in [port, port.saturating_add(1)] {
-                std::net::TcpListener::bind(("0.0.0.0", port)).map_err(|error| {
-                    Error::InvalidDataParallel {
-                        reason: format!("the coordinator cannot listen on port {port}: {error}"),
-                    }
-                })?;
-            }
+            check_can_listen(ports, "the coordinator")?;
         }
         let started = *STARTED.get_or_init(|| {
             std::thread::Builder::new()
@@ -346,10 +350,9 @@ impl DataParallel {
                         .build()
                         .expect("a tokio runtime for the coordinator");
                     runtime.block_on(async {
-                        let next = port.checked_add(1).unwrap_or(port);
                         tokio::join!(
-                            burn_collective::start_global_orchestrator(port),
-                            burn_collective::start_global_orchestrator(next),
+                            burn_collective::start_global_orchestrator(ports[0]),
+                            burn_collective::start_global_orchestrator(ports[1]),
                         )
                     });
                 })
@@ -367,7 +370,7 @@ impl DataParallel {
         // the check above): return once both accept connections, so that nodes started next
         // find it there.
         let deadline = Instant::now() + COORDINATOR_START;
-        for port in [port, port.saturating_add(1)] {
+        for port in ports {
             while TcpStream::connect(("127.0.0.1", port)).is_err() {
                 if Instant::now() > deadline {
                     return Err(Error::InvalidDataParallel {
