@@ -4,7 +4,7 @@
 # plain Burn loop's" was looked into (docs/performance.md, "Fourth H200 session").
 #
 #   bash benches/gpu/run_ahead_sweep.sh --out DIR [--cache PATH] [--runs "q2 q8 q0 plain ..."]
-#                                       [--seconds 125] [--device cuda]
+#                                       [--seconds 125] [--device cuda] [--args "..."]
 #
 # --cache: an earlier run.sh's cache.tar.xz (warm kernels; without it the first runs compile).
 # --runs: `qN` is the quickstart with `--max-queued-steps N`, `plain` the plain Burn loop
@@ -12,11 +12,12 @@
 # (default 125; each takes 12-20 s warm on an H200). Needs .gpu/bin/quickstart.xz from pack.sh
 # (carry only that file and the cache: about 16 MB). Writes DIR/sweep.tar.xz (each run's JSON and
 # log) and prints one line per run: order, run, exit status, ms a step after the first epoch,
-# seconds, minADE@6. `--device cpu` tries it here (flex).
+# seconds, minADE@6. `--device cpu` tries it here (flex), `--device wgpu` on lavapipe; --args
+# passes more quickstart arguments to every run (a smaller model and data set for lavapipe).
 set -u
 cd "$(dirname "$0")/../.."
 source benches/gpu/env.sh
-OUT="" CACHE="" RUNS="q2 q8 q0 plain q4 q16 q2 q8 q0 plain" SECONDS_LEFT=125 DEVICE=cuda
+OUT="" CACHE="" RUNS="q2 q8 q0 plain q4 q16 q2 q8 q0 plain" SECONDS_LEFT=125 DEVICE=cuda ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
@@ -24,7 +25,8 @@ while [ $# -gt 0 ]; do
     --runs) RUNS=$2; shift 2 ;;
     --seconds) SECONDS_LEFT=$2; shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    --args) ARGS=$2; shift 2 ;;
+    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +48,8 @@ for run in $RUNS; do
     q[0-9]*) extra=(--max-queued-steps "${run#q}") ;;
     *) echo "unknown run $run (qN or plain)" >&2; exit 2 ;;
   esac
-  timeout 40 "$X/qs" --device "$DEVICE" --no-profile --dir "$X/data" "${extra[@]}" \
+  # shellcheck disable=SC2086 # --args is a list of arguments
+  timeout 40 "$X/qs" --device "$DEVICE" --no-profile --dir "$X/data" $ARGS "${extra[@]}" \
     --json "$OUT/$n-$run.json" >"$OUT/$n-$run.log" 2>&1
   status=$?
   echo "$n $run exit $status $(python3 -c "import json; d=json.load(open('$OUT/$n-$run.json')); print(round(d['step_ms'], 3), round(d['seconds'], 1), round(d['min_ade'], 5))" 2>/dev/null)"
