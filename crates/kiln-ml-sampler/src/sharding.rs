@@ -200,17 +200,18 @@ fn take_rank(mut order: Vec<SampleId>, batch_size: u64, rank: u32, world: u32) -
     if world == 1 {
         return order;
     }
-    let len = order.len();
-    let batch = batch_size as usize;
-    let global_batch = batch * world as usize;
+    // Positions in u64, so that a `usize` of 32 bits cannot overflow on `rank * batch_size`
+    // or on the step past the end; only positions below `len` are turned back into `usize`.
+    let len = order.len() as u64;
+    let global_batch = batch_size.saturating_mul(u64::from(world));
     let mut kept = 0;
-    let mut start = rank as usize * batch;
+    let mut start = u64::from(rank).saturating_mul(batch_size);
     while start < len {
-        let end = (start + batch).min(len);
+        let end = start.saturating_add(batch_size).min(len);
         // The destination never passes the source, so the copy is a plain forward compaction.
-        order.copy_within(start..end, kept);
-        kept += end - start;
-        start += global_batch;
+        order.copy_within(start as usize..end as usize, kept);
+        kept += (end - start) as usize;
+        start = start.saturating_add(global_batch);
     }
     order.truncate(kept);
     order.shrink_to_fit();
@@ -309,6 +310,17 @@ mod tests {
         assert_eq!(rank1.order(), &[2, 3, 6, 7, 10, 11]);
         let rank0 = sharding.plan(global, &layout, &request(0, 3)).unwrap();
         assert_eq!(rank0.order(), &[0, 1, 6, 7]);
+    }
+
+    #[test]
+    fn batches_beyond_32_bits_keep_the_whole_order_on_rank_0_and_nothing_on_the_others() {
+        // `rank * batch_size` and the step past the end exceed `u32::MAX`: a 32-bit `usize`
+        // wrapped them and kept samples on the wrong rank.
+        let order: Vec<u64> = (0..10).collect();
+        let batch = u64::from(u32::MAX) + 2;
+        assert_eq!(take_rank(order.clone(), batch, 0, 4), order);
+        assert!(take_rank(order.clone(), batch, 1, 4).is_empty());
+        assert!(take_rank(order, batch, 3, 4).is_empty());
     }
 
     #[test]
