@@ -245,6 +245,11 @@ where
         }
         self.host_rng = rng_from_state(&state.host_rng);
         self.counters = state.counters;
+        // The window of skipped steps is not saved: judged again once it has refilled.
+        self.monitor = crate::skip_monitor::SkipMonitor::resumed_after(
+            self.config.skip_warning,
+            self.counters.optimizer_steps,
+        );
         self.epoch = state.epoch.unwrap_or(state.position.epoch);
         self.position = state.position;
         self.data_key = state.data_key;

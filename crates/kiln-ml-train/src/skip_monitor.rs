@@ -63,6 +63,9 @@ pub(crate) struct SkipMonitor {
     config: SkipWarningConfig,
     recent: VecDeque<bool>,
     steps: u64,
+    /// The rate is not judged up to this step: the warm-up, or the refill of the window after
+    /// a resume.
+    quiet_until: u64,
     warned_rate: bool,
     warned_scale: bool,
 }
@@ -74,8 +77,23 @@ impl SkipMonitor {
             config,
             recent: VecDeque::with_capacity(config.window_steps as usize),
             steps: 0,
+            quiet_until: config.warmup_steps,
             warned_rate: false,
             warned_scale: false,
+        }
+    }
+
+    /// A monitor for a run resumed after optimizer step `steps`, whose window was not saved.
+    ///
+    /// The warm-up counts from the start of the run (the loss scale is restored, so it does
+    /// not calibrate again), and the rate is judged once the window has refilled with steps
+    /// taken after the resume: a window of a few steps would call one skip a high rate.
+    pub fn resumed_after(config: SkipWarningConfig, steps: u64) -> Self {
+        let refilled = steps.saturating_add(u64::from(config.window_steps).saturating_sub(1));
+        Self {
+            steps,
+            quiet_until: config.warmup_steps.max(refilled),
+            ..Self::new(config)
         }
     }
 
@@ -95,7 +113,7 @@ impl SkipMonitor {
                 self.warned_scale = false;
             }
         }
-        if self.steps <= self.config.warmup_steps {
+        if self.steps <= self.quiet_until {
             return None;
         }
         let skipped_in_window = self.recent.iter().filter(|&&s| s).count() as u32;
@@ -152,6 +170,36 @@ mod tests {
         // A new episode warns again.
         monitor.record(true, None);
         monitor.record(true, None);
+        assert!(monitor.record(true, None).is_some());
+    }
+
+    #[test]
+    fn a_resumed_run_is_not_warmed_up_again_and_judges_a_refilled_window() {
+        let config = SkipWarningConfig {
+            window_steps: 10,
+            max_skip_fraction: 0.2,
+            warmup_steps: 5,
+        };
+        // Resumed after step 40: a skip on the first steps is one of too few to judge.
+        let mut monitor = SkipMonitor::resumed_after(config, 40);
+        for step in 41..=49 {
+            assert_eq!(monitor.record(true, None), None, "step {step}");
+        }
+        // Step 50: the window holds the 10 steps since the resume, all skipped.
+        assert!(matches!(
+            monitor.record(true, None),
+            Some(SkipWarning::HighSkipRate {
+                skipped: 10,
+                window: 10
+            })
+        ));
+
+        // Resumed inside the warm-up: quiet until the warm-up or the refill ends, whichever
+        // is later (here the refill: steps 3..=12).
+        let mut monitor = SkipMonitor::resumed_after(config, 2);
+        for _ in 3..=11 {
+            assert_eq!(monitor.record(true, None), None);
+        }
         assert!(monitor.record(true, None).is_some());
     }
 
