@@ -82,8 +82,11 @@ pub enum Error {
         /// The tolerance allowed by the policy.
         tolerance: f64,
     },
-    /// Probabilities that must be renormalized but are all zero.
-    #[error("probabilities of prediction {prediction} are all zero and cannot be renormalized")]
+    /// Probabilities that must be renormalized but sum to zero (all zero, or scores of a
+    /// [`ProbabilityCheck::Finite`](crate::ProbabilityCheck) policy whose sum is not positive).
+    #[error(
+        "probabilities of prediction {prediction} sum to zero or less and cannot be renormalized"
+    )]
     ProbabilitiesSumToZero {
         /// Prediction index.
         prediction: usize,

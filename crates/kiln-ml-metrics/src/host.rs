@@ -122,6 +122,16 @@ pub(crate) fn measure(
     }
 }
 
+/// Whether every agent of `agents` has an all-false validity row (the documented padding).
+fn is_padding(batch: &TrajectoryBatch<'_>, agents: std::ops::Range<usize>) -> bool {
+    let steps = batch.shape().steps;
+    batch.valid().is_some_and(|valid| {
+        valid[agents.start * steps..agents.end * steps]
+            .iter()
+            .all(|&v| !v)
+    })
+}
+
 fn measure_sequential(
     config: &MetricsConfig,
     plan: &BatchPlan,
@@ -159,10 +169,11 @@ fn measure_sequential(
                 &mut sums,
             );
         }
-        // A prediction without a valid step at any horizon (a padding agent) has no overlap to
-        // count: Waymo is never given one.
+        // A prediction none of whose agents is valid at any step pads the batch: Waymo is never
+        // given one. Any other counts, as Waymo counts every prediction of an object valid at
+        // the current time, whether or not its ground truth is valid at the horizon's steps.
         if let Some(boxes) = batch.boxes()
-            && errors.has_path.iter().any(|&has| has)
+            && !is_padding(batch, agents.clone())
         {
             add_overlap(plan, batch, boxes, agents, &order, probabilities, &mut sums);
         }

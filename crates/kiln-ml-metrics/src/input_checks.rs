@@ -80,6 +80,7 @@ pub(crate) fn check_probability_row(
     row: &[f32],
 ) -> Result<()> {
     let (low_ok, allowed): (fn(f32) -> bool, _) = match policy.check {
+        ProbabilityCheck::Finite => (|_| true, "finite"),
         ProbabilityCheck::NonNegative => (|p| p >= 0.0, "[0, inf)"),
         ProbabilityCheck::UnitInterval | ProbabilityCheck::SumToOne { .. } => {
             (|p| (0.0..=1.0).contains(&p), "[0, 1]")
@@ -161,6 +162,16 @@ mod tests {
         assert!(check_probability_row(&scores, 0, &[3.0, 1.5]).is_ok());
         assert_eq!(
             check_probability_row(&scores, 2, &[0.0, 0.0]),
+            Err(Error::ProbabilitiesSumToZero { prediction: 2 })
+        );
+        let finite = policy(ProbabilityCheck::Finite);
+        assert!(check_probability_row(&finite, 0, &[3.0, -1.5]).is_ok());
+        assert!(matches!(
+            check_probability_row(&finite, 3, &[-3.0, f32::NAN]),
+            Err(Error::NonFinite { agent: 3, .. })
+        ));
+        assert_eq!(
+            check_probability_row(&finite, 2, &[0.5, -1.0]),
             Err(Error::ProbabilitiesSumToZero { prediction: 2 })
         );
         let normalized = policy(ProbabilityCheck::SumToOne { tolerance: 1e-5 });

@@ -145,8 +145,10 @@ impl UnitErrors {
                         let speed = f64::from(velocity[agent * 2])
                             .hypot(f64::from(velocity[agent * 2 + 1]));
                         let scale = speed_scaling.scale(speed);
-                        let dx = f64::from(forecast[last * 2] - truth[last * 2]);
-                        let dy = f64::from(forecast[last * 2 + 1] - truth[last * 2 + 1]);
+                        // In f64, as Waymo (float prediction minus double track): an f32
+                        // difference rounds near the box's edge.
+                        let dx = f64::from(forecast[last * 2]) - f64::from(truth[last * 2]);
+                        let dy = f64::from(forecast[last * 2 + 1]) - f64::from(truth[last * 2 + 1]);
                         let (sin, cos) = f64::from(heading[agent * steps + last]).sin_cos();
                         misses_box(dx, dy, sin, cos, scale, miss_box)
                     }

@@ -80,10 +80,11 @@ pub struct SpeedScaling {
 }
 
 impl SpeedScaling {
-    /// Waymo's challenge values: 1.4 m/s and 11 m/s, scales 0.5 and 1.0.
+    /// Waymo's challenge values: 1.4 m/s and 11 m/s, scales 0.5 and 1.0, as the `float`s of
+    /// its config (`1.4f`, slightly below 1.4), so that a speed at the bound scales as there.
     pub fn waymo() -> Self {
         Self {
-            lower_speed_mps: 1.4,
+            lower_speed_mps: waymo_float(1.4),
             upper_speed_mps: 11.0,
             lower_scale: 0.5,
             upper_scale: 1.0,
@@ -112,6 +113,12 @@ impl SpeedScaling {
             self.lower_scale + (self.upper_scale - self.lower_scale) * fraction
         }
     }
+}
+
+/// A value of Waymo's `MotionMetricsConfig`, a proto `float`, as its C++ code compares it with
+/// `double`s: `1.8` there is `1.7999999523...`, not `1.8`.
+pub(crate) fn waymo_float(value: f32) -> f64 {
+    f64::from(value)
 }
 
 /// Which step FDE (and the final-step miss tests) is measured at when a validity mask is given.
@@ -155,8 +162,12 @@ pub enum ZeroMass {
 /// What probability values a policy accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum ProbabilityCheck {
-    /// Any finite value >= 0; scores need not sum to one (Argoverse 1, Waymo confidences).
+    /// Any finite value >= 0; scores need not sum to one (Argoverse 1).
     NonNegative,
+    /// Any finite value, negative ones included: scores that rank (Waymo's confidences, which
+    /// its code neither checks nor normalizes, so logits are accepted too). Renormalizing
+    /// treats kept scores whose sum is not positive as a row without mass (`zero_mass`).
+    Finite,
     /// Every value in [0, 1] (av2's `_compute_brier_score`).
     UnitInterval,
     /// Every value in [0, 1] and each row summing to one within `tolerance` (av2 submissions,
@@ -176,8 +187,14 @@ mod tests {
         let scaling = SpeedScaling::waymo();
         assert_eq!(scaling.scale(0.0), 0.5);
         assert_eq!(scaling.scale(1.39), 0.5);
+        // Waymo's bound is the float 1.4f (1.39999997...): 1.4 itself is above it.
+        assert!(scaling.scale(1.4) > 0.5);
+        assert_eq!(scaling.scale(f64::from(1.4f32)), 0.5);
         assert_eq!(scaling.scale(30.0), 1.0);
-        assert!((scaling.scale(6.2) - 0.75).abs() < 1e-12);
+        assert!(
+            (scaling.scale(6.2) - 0.75).abs() < 1e-8,
+            "the bounds are floats"
+        );
         assert_eq!(SpeedScaling::none().scale(5.0), 1.0);
     }
 }

@@ -5,7 +5,7 @@
 use crate::config::{Horizon, MetricsConfig};
 use crate::policy::{
     FinalStep, MissRule, ModeSelection, ProbabilityCheck, ProbabilityPolicy, Pruning, SpeedScaling,
-    TieOrder, ZeroMass,
+    TieOrder, ZeroMass, waymo_float,
 };
 
 /// Argoverse 1's `LOW_PROB_THRESHOLD_FOR_METRICS`.
@@ -100,7 +100,9 @@ impl MetricsConfig {
             top_k: vec![6],
             horizons: vec![
                 Horizon::at_step(5).with_miss_box(1.0, 2.0),
-                Horizon::at_step(9).with_miss_box(1.8, 3.6),
+                // Waymo's thresholds are proto floats: 1.8 and 3.6 as f32 (1.0, 2.0, 3.0 and
+                // 6.0 are exact either way).
+                Horizon::at_step(9).with_miss_box(waymo_float(1.8), waymo_float(3.6)),
                 Horizon::at_step(15).with_miss_box(3.0, 6.0),
             ],
             selection: ModeSelection::Independent,
@@ -110,7 +112,7 @@ impl MetricsConfig {
             },
             final_step: FinalStep::AtHorizon,
             probabilities: ProbabilityPolicy {
-                check: ProbabilityCheck::NonNegative,
+                check: ProbabilityCheck::Finite,
                 renormalize: true,
                 low_probability_floor: LOW_PROBABILITY_FLOOR,
                 zero_mass: ZeroMass::Uniform,

@@ -70,8 +70,14 @@ pub(crate) fn checks<B: Backend>(
     }
     if let Some(p) = &batch.probabilities {
         let policy = config.probabilities;
-        let mut bad = p.clone().is_finite().bool_not().float() + p.clone().lower_elem(0.0).float();
-        if !matches!(policy.check, ProbabilityCheck::NonNegative) {
+        let mut bad = p.clone().is_finite().bool_not().float();
+        if !matches!(policy.check, ProbabilityCheck::Finite) {
+            bad = bad + p.clone().lower_elem(0.0).float();
+        }
+        if !matches!(
+            policy.check,
+            ProbabilityCheck::Finite | ProbabilityCheck::NonNegative
+        ) {
             bad = bad + p.clone().greater_elem(1.0).float();
         }
         let mut flags = bad.sum_dim(1);

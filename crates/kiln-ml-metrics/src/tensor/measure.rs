@@ -354,10 +354,11 @@ fn select<B: Backend>(
                     // overflow where the host's f64 sum does not.
                     let kept = p.clone().mask_fill(dropped.clone(), 0.0);
                     let top = kept.clone().max_dim(1);
-                    let top = top.clone().mask_fill(top.equal_elem(0.0), 1.0);
+                    let top = top.clone().mask_fill(top.lower_equal_elem(0.0), 1.0);
                     let kept_sum = (kept / top.clone()).sum_dim(1);
-                    // As on the host: no kept mass gives 1/K (uniform) or 0, not 0/0.
-                    let empty = kept_sum.clone().equal_elem(0.0);
+                    // As on the host: no kept mass (a sum that is not positive, which only
+                    // negative scores give) gives 1/K (uniform) or 0, not 0/0.
+                    let empty = kept_sum.clone().lower_equal_elem(0.0);
                     let renormalized = p_mode / top / kept_sum.mask_fill(empty.clone(), 1.0);
                     match policy.zero_mass {
                         ZeroMass::Refuse => renormalized,

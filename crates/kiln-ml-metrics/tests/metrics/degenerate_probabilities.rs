@@ -85,6 +85,44 @@ fn uniform_under(pruning: Pruning) {
     }
 }
 
+/// Waymo's confidences may be negative (its code neither checks nor normalizes them). Where the
+/// kept scores sum to a positive value they renormalize as given; where the sum is not positive
+/// the row has no mass, shared equally under Waymo's policy; the host and the device agree.
+#[test]
+fn negative_scores_renormalize_on_the_device_as_on_the_host_under_waymo() {
+    let mut config = MetricsConfig::waymo();
+    config.horizons = MetricsConfig::argoverse2().horizons;
+    config.miss = MetricsConfig::argoverse2().miss;
+    config.top_k = vec![2];
+    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
+    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
+    let brier = |scores: &[f32]| {
+        let report = Case::from_points(&[vec![mode(0.5), mode(1.0)]], std::slice::from_ref(&truth))
+            .with_probabilities(scores)
+            .both(&config);
+        report.horizons[0].top_k[0].brier_min_fde
+    };
+    // minFDE 0.5 from mode 0, plus (1 - p)^2 for its renormalized probability p.
+    assert_close(brier(&[2.0, -1.0]), 0.5 + 1.0, 1e-6); // p = 2 / 1
+    assert_close(brier(&[0.5, -1.0]), 0.5 + 0.25, 1e-6); // sum -0.5: no mass, p = 1/2
+    assert_close(brier(&[-1.0, -3.0]), 0.5 + 0.25, 1e-6); // sum -4: no mass, p = 1/2
+
+    // The scores' own policies still refuse them, on both paths, naming the mode.
+    let case =
+        Case::from_points(&[vec![mode(0.5), mode(1.0)]], &[truth]).with_probabilities(&[0.5, -1.0]);
+    for mut refusing in [MetricsConfig::argoverse1(), config.clone()] {
+        refusing.horizons = config.horizons.clone();
+        refusing.probabilities.check = ProbabilityCheck::NonNegative;
+        for refused in [case.host(&refusing), case.tensor(&refusing)] {
+            let error = refused.expect_err("a negative score");
+            assert!(
+                matches!(error, Error::ProbabilityOutOfRange { mode: 1, .. }),
+                "{error}"
+            );
+        }
+    }
+}
+
 /// Scores need not sum to one under renormalization (Waymo's may be any finite value): the
 /// device's f32 sum of two scores near f32's largest would overflow to infinity and give
 /// probability 0 where the host's f64 sum gives a half.

@@ -127,6 +127,30 @@ fn a_padding_agent_adds_no_overlap() {
 }
 
 #[test]
+fn a_joint_prediction_with_an_agent_never_valid_still_counts() {
+    // As `a_joint_prediction_overlaps_when_any_agent_does`, but object 1's ground truth is
+    // valid at no step of the batch (it left the sensors' range). Waymo counts every
+    // prediction of objects valid at the current time: this one overlaps. Only a prediction
+    // none of whose agents is valid anywhere is padding.
+    let truth_1: Vec<[f32; 2]> = vec![[4.0, 3.0]; 4];
+    let mut case = Case::from_points(
+        &[vec![line(3.0)], vec![truth_1.clone()]],
+        &[line(0.0), truth_1],
+    );
+    case.valid = Some([[true; 4], [false; 4]].concat());
+    assert_eq!(
+        overlap_rates(&case, &config(2), &[0, 1]),
+        [[0.0, 0.0], [1.0, 1.0]]
+    );
+    // Agent 0 valid at step 3 alone: no FDE at step 1, but the prediction counts there too.
+    case.valid = Some([[false, false, false, true], [false; 4]].concat());
+    assert_eq!(
+        overlap_rates(&case, &config(2), &[0, 1]),
+        [[0.0, 0.0], [1.0, 1.0]]
+    );
+}
+
+#[test]
 fn bad_boxes_are_named() {
     let (mut boxes, valid) = scene();
     assert!(matches!(

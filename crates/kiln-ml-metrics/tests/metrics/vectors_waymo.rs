@@ -450,6 +450,51 @@ fn waymo_map_two_joint_predictions() {
     );
 }
 
+/// The preset's 5 s box as Waymo's code compares it: the float threshold `1.8f`
+/// (1.79999995...) against the displacement in double (float prediction minus track).
+#[test]
+fn waymo_preset_compares_at_its_float_thresholds_in_double() {
+    let miss_at_5s = |forecast_y: f32, truth_y: f32| {
+        let mut forecast = vec![[0.0f32, 0.0]; 16];
+        let mut truth = vec![[0.0f32, 0.0]; 16];
+        forecast[9][1] = forecast_y;
+        truth[9][1] = truth_y;
+        let mut case = Case::from_points(&[vec![forecast]], &[truth]);
+        case.velocity = Some(vec![20.0, 0.0]); // above 11 m/s: scale 1
+        case.heading = Some(vec![0.0; 16]); // lateral is y
+        let report = case.host(&MetricsConfig::waymo()).expect("host path");
+        report.horizons[1].top_k[0].miss_rate.unwrap()
+    };
+    // Exactly 1.8f is within the box, as in Waymo (and as with a threshold of 1.8).
+    assert_eq!(miss_at_5s(1.8, 0.0), 0.0);
+    // 1.79999997 m in double: beyond 1.8f, a miss in Waymo. An f32 difference rounded it to
+    // 1.8f, and a threshold of 1.8 kept it in the box: kiln called it a hit before.
+    assert_eq!(miss_at_5s(1.8f32.next_up(), 1.0e-7), 1.0);
+}
+
+/// Waymo neither checks nor normalizes confidences: negative ones (logits) rank as given, so
+/// shifting every confidence by the same amount leaves the miss rate and mAP as they were.
+#[test]
+fn waymo_map_ranks_negative_confidences_as_given() {
+    let far_2 = with_last(OBJECT_2, [-7.01, 0.0]);
+    let far_1 = with_last(OBJECT_1, [14.0, 14.0]);
+    for shift in [0.0, -1.0, -100.0] {
+        let no_miss = standard(&[
+            (0.8 + shift, OBJECT_1, far_2),
+            (0.5 + shift, OBJECT_1, OBJECT_2),
+        ]);
+        assert_eq!(miss_and_map(&no_miss), (0.0, 0.5), "shift {shift}");
+        let miss = standard(&[
+            (0.8 + shift, OBJECT_1, far_2),
+            (0.5 + shift, far_1, OBJECT_2),
+        ]);
+        assert_eq!(miss_and_map(&miss), (1.0, 0.0), "shift {shift}");
+    }
+    // The order, not the values, decides: the matching hypothesis ranked first gives mAP 1.
+    let first = standard(&[(-0.5, OBJECT_1, far_2), (-0.2, OBJECT_1, OBJECT_2)]);
+    assert_eq!(miss_and_map(&first), (0.0, 1.0));
+}
+
 #[test]
 fn waymo_two_joint_predictions_object_and_trajectory_types() {
     // TwoJointPredictionsObjectAndTrajectoryTypes: object 1 parked, so the joint prediction is
