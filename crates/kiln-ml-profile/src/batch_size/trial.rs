@@ -171,7 +171,7 @@ mod tests {
         let mut trial = |batch: usize, _steps: usize| -> Result<(), String> {
             match batch {
                 1 => Err("CUDA error: out of memory".to_owned()),
-                2 => panic!("BufferTooBig {{ size: 4 }}"),
+                2 => panic!("can't allocate buffer of size: 4"),
                 3 => Err("shape mismatch".to_owned()),
                 _ => {
                     probe.peak.store(batch as u64 * 100, Ordering::SeqCst);

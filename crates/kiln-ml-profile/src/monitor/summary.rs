@@ -89,8 +89,9 @@ pub fn summarize_samples<'a>(
 /// Summaries per phase: a sample belongs to the span whose `[start, end)` holds its `at`.
 /// [`Action::Step`] spans are ignored (they cover the phases). An [`Action::FirstStep`] span
 /// (from the start of `fit` to the end of its first step: kernel compilation on a GPU) covers
-/// that step's phases too, and takes every sample inside it, so the phases' rows describe
-/// steady steps, as the phase table's do. Samples outside every span are left out, and so are
+/// that step's phases too, and takes every sample inside it but those of validation and
+/// checkpoints before the step (a resumed run's), so the phases' rows describe steady steps,
+/// as the phase table's do. Samples outside every span are left out, and so are
 /// actions no sample fell in. The phases of a run do not overlap; if two did, a sample in both
 /// would go to the one that started later.
 pub fn summaries_by_phase(
@@ -108,19 +109,22 @@ pub fn summaries_by_phase(
     phases.sort_by_key(|span| span.start);
     let mut grouped: BTreeMap<Action, Vec<&DeviceSample>> = BTreeMap::new();
     for sample in samples {
-        if first_steps
-            .iter()
-            .any(|span| span.start <= sample.at && sample.at < span.end())
-        {
-            grouped.entry(Action::FirstStep).or_default().push(sample);
-            continue;
-        }
         let after = phases.partition_point(|span| span.start <= sample.at);
-        if let Some(span) = after.checked_sub(1).map(|index| phases[index])
-            && sample.at < span.end()
-        {
-            grouped.entry(span.action).or_default().push(sample);
-        }
+        let phase = after
+            .checked_sub(1)
+            .map(|index| phases[index])
+            .filter(|span| sample.at < span.end());
+        let between_steps = phase
+            .is_some_and(|span| matches!(span.action, Action::Validation | Action::Checkpoint));
+        let in_first_step = first_steps
+            .iter()
+            .any(|span| span.start <= sample.at && sample.at < span.end());
+        let action = match phase {
+            _ if in_first_step && !between_steps => Action::FirstStep,
+            Some(span) => span.action,
+            None => continue,
+        };
+        grouped.entry(action).or_default().push(sample);
     }
     grouped
         .into_iter()
@@ -240,6 +244,28 @@ mod tests {
         assert_eq!(count(Action::FirstStep), Some(4));
         assert_eq!(count(Action::Forward), Some(1));
         assert_eq!(count(Action::Backward), Some(1));
+    }
+
+    #[test]
+    fn validation_before_the_first_step_keeps_its_samples() {
+        // A resumed `fit` validates (0..100) and saves (100..120) before its first step.
+        let spans = [
+            span(Action::FirstStep, 0, 300),
+            span(Action::Validation, 0, 100),
+            span(Action::Checkpoint, 100, 120),
+            span(Action::Step, 120, 300),
+            span(Action::Forward, 120, 300),
+        ];
+        let samples: Vec<DeviceSample> = [50, 110, 200]
+            .into_iter()
+            .map(|at| sample(at, None))
+            .collect();
+        let phases = summaries_by_phase(&samples, &spans);
+        let count = |action| phases.get(&action).map(|s: &MonitorSummary| s.samples);
+        assert_eq!(count(Action::Validation), Some(1));
+        assert_eq!(count(Action::Checkpoint), Some(1));
+        assert_eq!(count(Action::FirstStep), Some(1));
+        assert_eq!(count(Action::Forward), None);
     }
 
     #[test]

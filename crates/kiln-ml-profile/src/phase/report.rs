@@ -151,7 +151,8 @@ impl PhaseReport {
             let _ = writeln!(
                 out,
                 "first_step: {:.3} s from the start of training to the end of its first step \
-                 (kernel compilation on a GPU), left out of the other rows.",
+                 (kernel compilation on a GPU; validation and checkpoints before it keep their \
+                 rows), left out of the other rows.",
                 first.total_seconds
             );
         }

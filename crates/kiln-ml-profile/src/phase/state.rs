@@ -36,8 +36,12 @@ pub(super) struct State {
     /// The tallies as they were (empty) when the timer's first step began: restored when a
     /// `FirstStep` event names that step.
     pub(super) before_open: Option<(u64, StepTallies)>,
-    /// The first step of the run: its number and its time from the run's start.
+    /// The first step of the run: its number and its time from the run's start, less the
+    /// validation and checkpoints in that time (which have rows of their own).
     pub(super) first_step: Option<(u64, Duration)>,
+    /// Validation and checkpoints (start, duration) before the timer's first finished step: a
+    /// run's first step, reported later, leaves those within its time out of its row.
+    pub(super) between_steps_before_first: Vec<(Duration, Duration)>,
     pub(super) syncs: Tally,
     pub(super) current: Option<OpenStep>,
     /// The last `max_spans` spans.
@@ -86,6 +90,14 @@ impl State {
         self.spans.push_back(span);
     }
 
+    /// Remembers validation or a checkpoint that may fall inside a run's first step, reported
+    /// later; only until the first step finishes, so that the list stays short.
+    fn note_between_steps(&mut self, start: Duration, duration: Duration) {
+        if self.first_step.is_none() && self.tallies.steps.calls == 0 {
+            self.between_steps_before_first.push((start, duration));
+        }
+    }
+
     /// Closes the open step at its report: tallies the step, its phases and its `other`.
     pub(super) fn finish_step(&mut self, step: u64, now: Duration, max_spans: usize) {
         let Some(open) = self.current.take_if(|open| open.step == step) else {
@@ -124,23 +136,36 @@ impl State {
     }
 
     /// The run's first step ended `elapsed` after the run began: its phases leave the steady
-    /// rows (restored to the tallies from before it opened) and it gets its own span.
+    /// rows (restored to the tallies from before it opened) and it gets its own row and span.
+    ///
+    /// Only when this timer saw that step open with no step finished before it: otherwise its
+    /// phases are already mixed into the steady rows (a hand-written loop before `fit`, or a
+    /// timer reset mid-step), and a row of its own would count them twice.
     fn first_step(&mut self, step: u64, elapsed: Duration, now: Duration, max_spans: usize) {
         if self.first_step.is_some() {
             return;
         }
-        self.first_step = Some((step, elapsed));
+        let Some((_, before)) = self
+            .before_open
+            .take()
+            .filter(|(opened, _)| *opened == step)
+        else {
+            return;
+        };
+        self.tallies = before;
         // The run began before the first event this timer saw (opening the data sends none):
         // the wall time starts with it, so the first step is never more than all of it.
         let run_start = now.saturating_sub(elapsed);
         if let Some(first) = &mut self.first_event {
             *first = (*first).min(run_start);
         }
-        if let Some((opened, before)) = self.before_open.take()
-            && opened == step
-        {
-            self.tallies = before;
-        }
+        // A resumed run may validate and save before its first step: those keep their rows.
+        let between: Duration = std::mem::take(&mut self.between_steps_before_first)
+            .into_iter()
+            .filter(|(start, _)| *start >= run_start)
+            .map(|(_, duration)| duration)
+            .sum();
+        self.first_step = Some((step, elapsed.saturating_sub(between)));
         self.push_span(
             Span {
                 action: Action::FirstStep,
@@ -183,6 +208,9 @@ impl State {
             } => {
                 let action = Action::from(*phase);
                 self.tallies.all.entry(action).or_default().add(*elapsed);
+                if *phase == Phase::Validation {
+                    self.note_between_steps(now.saturating_sub(*elapsed), *elapsed);
+                }
                 if let Some(sync) = sync {
                     self.syncs.add(*sync);
                 }
@@ -211,6 +239,7 @@ impl State {
             Event::BatchLoaded { .. } => self.loader_batches += 1,
             // Saved between steps: a row of its own, outside every step's time.
             Event::CheckpointSaved { step, elapsed, .. } => {
+                self.note_between_steps(now.saturating_sub(*elapsed), *elapsed);
                 self.tallies
                     .all
                     .entry(Action::Checkpoint)

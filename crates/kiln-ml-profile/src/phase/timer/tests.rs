@@ -93,6 +93,81 @@ fn checkpoints_between_steps_have_a_row_of_their_own() {
     );
 }
 
+/// The shares of the wall time of every row but `step` (which covers the phases).
+fn shares(report: &crate::phase::PhaseReport) -> f64 {
+    report
+        .rows
+        .iter()
+        .filter(|row| row.action != Action::Step)
+        .map(|row| row.percent)
+        .sum()
+}
+
+#[test]
+fn validation_and_a_checkpoint_before_the_first_step_keep_their_rows_only() {
+    // A run resumed at an epoch's end validates and saves before its first step: those are
+    // in the first step's time from the start of `fit`, and have rows of their own.
+    let clock = Clock::start();
+    let timer = PhaseTimer::new(clock, TimingMode::Accurate);
+    timer.on_event(&Event::PhaseStart {
+        phase: Phase::Validation,
+        step: 4,
+    });
+    std::thread::sleep(ms(30));
+    timer.on_event(&Event::PhaseEnd {
+        phase: Phase::Validation,
+        step: 4,
+        elapsed: ms(30),
+        sync: Some(Duration::ZERO),
+    });
+    std::thread::sleep(ms(10));
+    timer.on_event(&Event::CheckpointSaved {
+        path: "c".into(),
+        step: 4,
+        elapsed: ms(10),
+    });
+    run_step(&timer, 5, &PHASES, true);
+    let elapsed = clock.now();
+    timer.on_event(&Event::FirstStep { step: 5, elapsed });
+    run_step(&timer, 6, &PHASES, true);
+    let report = timer.report();
+    let first = report.row("first_step").unwrap().total_seconds;
+    let expected = (elapsed - ms(40)).as_secs_f64();
+    assert!(
+        (first - expected).abs() < 1e-9,
+        "{first} against {expected}"
+    );
+    assert_eq!(report.row("validation").unwrap().calls, 1);
+    assert_eq!(report.row("checkpoint").unwrap().calls, 1);
+    assert!(shares(&report) <= 100.0 + 1e-6, "{}", report.table());
+}
+
+#[test]
+fn a_first_step_after_steps_already_tallied_gets_no_row() {
+    // A hand-written loop ran step 1 on this timer; `fit` then reports step 2 as its first.
+    // Step 2's phases are in the steady rows already: a row of its own would count them twice.
+    let clock = Clock::start();
+    let timer = PhaseTimer::new(clock, TimingMode::Accurate);
+    run_step(&timer, 1, &PHASES, true);
+    let fit_start = clock.now();
+    run_step(&timer, 2, &PHASES, true);
+    timer.on_event(&Event::FirstStep {
+        step: 2,
+        elapsed: clock.now() - fit_start,
+    });
+    let report = timer.report();
+    assert!(report.row("first_step").is_none(), "{}", report.table());
+    assert_eq!(report.steps, 2);
+    assert_eq!(report.row("forward").unwrap().calls, 2);
+    assert!(shares(&report) <= 100.0 + 1e-6, "{}", report.table());
+    assert!(
+        timer
+            .spans()
+            .iter()
+            .all(|span| span.action != Action::FirstStep)
+    );
+}
+
 #[test]
 fn the_wall_time_starts_with_the_run_not_its_first_event() {
     let clock = Clock::start();
