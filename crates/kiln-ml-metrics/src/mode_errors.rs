@@ -124,17 +124,25 @@ impl UnitErrors {
                 if count > 0 {
                     self.ade[slot] += weight * sum / count as f64;
                 }
+                // The largest distance up to this horizon, recomputed in f64 when f32 puts it
+                // too close to the threshold to decide (the references compute in f64).
+                let exact_max = || max_distance_f64(forecast, truth, valid, plan.last_steps[h] + 1);
                 let Some(last) = self.finals[h] else {
                     if let MissRule::MaxDistance { .. } = config.miss {
-                        self.record_miss(slot, count > 0 && misses_max(config.miss, max));
+                        self.record_miss(
+                            slot,
+                            count > 0 && misses_max(config.miss, max, exact_max),
+                        );
                     }
                     continue;
                 };
-                let fde = self.distances[last];
-                self.fde[slot] += weight * f64::from(fde);
+                // FDE in f64 from the coordinates, as the references compute it: the miss and
+                // the min-FDE mode then decide as theirs do at the threshold and on near-ties.
+                let fde = distance_f64(forecast, truth, last);
+                self.fde[slot] += weight * fde;
                 let missed = match config.miss {
-                    MissRule::FinalDistance { threshold_m } => f64::from(fde) > threshold_m,
-                    MissRule::MaxDistance { .. } => misses_max(config.miss, max),
+                    MissRule::FinalDistance { threshold_m } => fde > threshold_m,
+                    MissRule::MaxDistance { .. } => misses_max(config.miss, max, exact_max),
                     MissRule::LateralLongitudinal { speed_scaling } => {
                         let (Some(velocity), Some(heading), Some(miss_box)) =
                             (batch.velocity(), batch.heading(), plan.boxes[h])
@@ -203,15 +211,45 @@ pub(crate) fn misses_box(
         || longitudinal.abs() / scale > miss_box.longitudinal_m
 }
 
-fn misses_max(rule: MissRule, max: f32) -> bool {
-    match rule {
-        MissRule::MaxDistance {
-            threshold_m,
-            inclusive: true,
-        } => f64::from(max) >= threshold_m,
-        MissRule::MaxDistance { threshold_m, .. } => f64::from(max) > threshold_m,
-        _ => false,
+/// Relative error bound of an f32 distance (a difference, two squares, a sum, a square root:
+/// a few roundings of 2^-24 each), with room to spare.
+const F32_DISTANCE_TOLERANCE: f64 = 1e-6;
+
+/// Whether the largest distance `max` (f32) misses under the max-distance rule; within the f32
+/// error of the threshold, `exact` (the same maximum in f64) decides.
+fn misses_max(rule: MissRule, max: f32, exact: impl FnOnce() -> f64) -> bool {
+    let MissRule::MaxDistance {
+        threshold_m,
+        inclusive,
+    } = rule
+    else {
+        return false;
+    };
+    let mut max = f64::from(max);
+    if (max - threshold_m).abs() <= threshold_m.abs() * F32_DISTANCE_TOLERANCE {
+        max = exact();
     }
+    if inclusive {
+        max >= threshold_m
+    } else {
+        max > threshold_m
+    }
+}
+
+/// `|forecast[t] - truth[t]|` in f64 for interleaved (x, y) points.
+#[inline]
+fn distance_f64(forecast: &[f32], truth: &[f32], t: usize) -> f64 {
+    let dx = f64::from(forecast[2 * t]) - f64::from(truth[2 * t]);
+    let dy = f64::from(forecast[2 * t + 1]) - f64::from(truth[2 * t + 1]);
+    (dx * dx + dy * dy).sqrt()
+}
+
+/// The largest f64 distance over the valid steps before `end` (0 with none).
+fn max_distance_f64(forecast: &[f32], truth: &[f32], valid: Option<&[bool]>, end: usize) -> f64 {
+    (0..end)
+        .filter(|&t| valid.is_none_or(|valid| valid[t]))
+        .map(|t| distance_f64(forecast, truth, t))
+        .fold(0.0, f64::max)
 }
 
 /// `out[t] = |forecast[t] - truth[t]|` for interleaved (x, y) points.

@@ -35,7 +35,11 @@ pub enum Pruning {
 pub enum TieOrder {
     /// Lower index first: a stable sort (Argoverse 1).
     LowerIndexFirst,
-    /// Higher index first: numpy's reversed ascending argsort, as in nuScenes.
+    /// Higher index first: numpy's reversed ascending argsort, as in nuScenes, wherever
+    /// numpy's order is defined by its scalar code: an insertion sort (stable) for up to 16
+    /// modes. numpy's order among equal probabilities is its implementation's: with 17 or more
+    /// modes its introsort partitions first, and numpy 1.25+ on AVX-512 CPUs sorts with SIMD
+    /// networks; neither is stable, and kiln does not reproduce them.
     HigherIndexFirst,
 }
 

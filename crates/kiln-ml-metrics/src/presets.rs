@@ -60,9 +60,14 @@ impl MetricsConfig {
         }
     }
 
-    /// nuScenes prediction challenge: K = 1, 5 and 10 over the full 12 steps, the most
-    /// probable K (higher index first on ties, as numpy's reversed argsort), independent
-    /// minima, miss when the largest distance of every kept mode is >= 2 m.
+    /// nuScenes prediction challenge: K = 1, 5 and 10 over every step of the batch (12 at the
+    /// challenge's 6 s and 2 Hz), the most probable K (higher index first on ties, as numpy's
+    /// reversed argsort; see [`TieOrder::HigherIndexFirst`] for where numpy's order is its
+    /// own), independent minima, miss when the largest distance of every kept mode is >= 2 m.
+    ///
+    /// Probabilities only rank, as in the devkit, which checks neither their range nor their
+    /// sum (its own tests pass all zeros): any finite values are accepted, and kept modes
+    /// without mass share it equally in the probability-weighted extras (brier, p-min).
     pub fn nuscenes() -> Self {
         Self {
             name: "nuscenes".into(),
@@ -78,10 +83,10 @@ impl MetricsConfig {
             },
             final_step: FinalStep::LastValid,
             probabilities: ProbabilityPolicy {
-                check: ProbabilityCheck::UnitInterval,
+                check: ProbabilityCheck::Finite,
                 renormalize: true,
                 low_probability_floor: LOW_PROBABILITY_FLOOR,
-                zero_mass: ZeroMass::Refuse,
+                zero_mass: ZeroMass::Uniform,
             },
             agents_per_prediction: 1,
         }

@@ -12,6 +12,7 @@ mod max_distance_miss;
 mod overlap_rate;
 mod padded_agents;
 mod read_back_once;
+mod thresholds_in_f64;
 mod vectors_argoverse1;
 mod vectors_argoverse2;
 mod vectors_nuscenes;

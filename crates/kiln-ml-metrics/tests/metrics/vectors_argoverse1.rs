@@ -180,6 +180,26 @@ fn av1_case_5_equal_probabilities() {
     );
 }
 
+/// Not in Argoverse's tests: its `np.argsort([-p], kind="stable")` keeps equal probabilities
+/// in submission order, so at K = 1 the first of two tied modes is kept (a bad one here).
+#[test]
+fn av1_equal_probabilities_keep_the_first_submitted() {
+    let report = evaluate(vec![bad(), good(), bad()], 1, Some(&[0.4, 0.4, 0.2]));
+    check(
+        &report,
+        1,
+        Expected {
+            min_ade: BAD_ADE,
+            min_fde: BAD_FDE,
+            miss_rate: 1.0,
+            // The kept mode alone, renormalized: p = 1, no penalty.
+            p_min: Some(BAD_FDE),
+            p_miss_rate: Some(1.0),
+            brier: Some(BAD_FDE),
+        },
+    );
+}
+
 #[test]
 fn av1_case_6_first_k_without_probabilities() {
     let report = evaluate(vec![bad(), bad(), good()], 2, None);

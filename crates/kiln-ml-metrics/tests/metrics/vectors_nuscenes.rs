@@ -218,6 +218,51 @@ fn nuscenes_desired_number_of_modes_clamps_k() {
     assert_eq!(min_fde[2], min_fde[3]);
 }
 
+/// Ties at positions apart: numpy's scalar argsort of [0.2, 0.1, 0.2, 0.1, 0.2] is stable,
+/// [1, 3, 0, 2, 4], reversed [4, 2, 0, 3, 1]: the same ranking as the distinct probabilities
+/// [0.3, 0.05, 0.4, 0.1, 0.5], on the host and on the device.
+#[test]
+fn nuscenes_ties_apart_rank_as_numpys_reversed_argsort() {
+    let modes: Vec<Vec<[f32; 2]>> = (0..5).map(|m| constant(m as f32)).collect();
+    let mut config = config(2.0);
+    config.top_k = vec![1, 2, 3, 4, 5];
+    let report = |probabilities: &[f32]| {
+        Case::from_points(std::slice::from_ref(&modes), &[truth()])
+            .with_probabilities(probabilities)
+            .both(&config)
+    };
+    let tied = report(&[0.2, 0.1, 0.2, 0.1, 0.2]);
+    let ordered = report(&[0.3, 0.05, 0.4, 0.1, 0.5]);
+    for (k, (tied, ordered)) in tied.horizons[0]
+        .top_k
+        .iter()
+        .zip(&ordered.horizons[0].top_k)
+        .enumerate()
+    {
+        assert_eq!(tied.min_ade, ordered.min_ade, "K = {}", k + 1);
+        assert_eq!(tied.min_fde, ordered.min_fde, "K = {}", k + 1);
+        assert_eq!(tied.miss_rate, ordered.miss_rate, "K = {}", k + 1);
+    }
+}
+
+/// The devkit checks neither the probabilities' range nor their sum (its own tests build a
+/// `Prediction` with all-zero probabilities): the preset takes them, ranking all modes tied.
+#[test]
+fn nuscenes_takes_probabilities_the_devkit_takes() {
+    let zeros = evaluate(&[0.0, 0.0, 0.0], 2.0);
+    let higher_first = evaluate(&[0.1, 0.2, 0.3], 2.0);
+    assert_eq!(
+        row(&zeros, |e| e.min_ade),
+        row(&higher_first, |e| e.min_ade)
+    );
+    let unnormalized = evaluate(&[2.0, 5.0, 3.0], 2.0);
+    let normalized = evaluate(&[0.2, 0.5, 0.3], 2.0);
+    assert_eq!(
+        row(&unnormalized, |e| e.min_fde),
+        row(&normalized, |e| e.min_fde)
+    );
+}
+
 #[test]
 fn nuscenes_ties_rank_the_higher_index_first() {
     // [0.5, 0.5, 0]: numpy's reversed argsort ranks mode 1 first, so top-1 is mode 1.
