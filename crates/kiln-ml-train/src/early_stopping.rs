@@ -5,9 +5,10 @@ use crate::callback::{Callback, CheckpointWriter, Decision, EpochContext, Mode};
 
 /// Stops training once `monitor` has not improved by more than `min_delta` for `patience`
 /// epochs in a row (Lightning's rule: `wait_count >= patience`, so patience 0 stops at the
-/// first epoch without improvement). The epoch it stops after still writes its checkpoint (when checkpoints are
-/// on), and `fit` returns its summary with
-/// [`stopped_early`](crate::FitSummary::stopped_early) set.
+/// first epoch without improvement). A NaN or infinite value stops training at once, as
+/// Lightning's `check_finite` (on by default; [`with_check_finite`](Self::with_check_finite)).
+/// The epoch it stops after still writes its checkpoint (when checkpoints are on), and `fit`
+/// returns its summary with [`stopped_early`](crate::FitSummary::stopped_early) set.
 ///
 /// ```
 /// use kiln_ml_train::{EarlyStopping, Mode};
@@ -23,6 +24,7 @@ pub struct EarlyStopping {
     mode: Mode,
     patience: u32,
     min_delta: f64,
+    check_finite: bool,
     best: Option<f64>,
     epochs_without_improvement: u32,
 }
@@ -36,6 +38,7 @@ impl EarlyStopping {
             mode,
             patience: 3,
             min_delta: 0.0,
+            check_finite: true,
             best: None,
             epochs_without_improvement: 0,
         }
@@ -50,6 +53,14 @@ impl EarlyStopping {
     /// The least change that counts as an improvement (Lightning's `min_delta`).
     pub fn with_min_delta(mut self, min_delta: f64) -> Self {
         self.min_delta = min_delta.abs();
+        self
+    }
+
+    /// Whether a NaN or infinite value stops training at once (Lightning's `check_finite`,
+    /// default true). Off, such a value is only an epoch without improvement (a NaN never
+    /// improves; an infinity improves on nothing finite).
+    pub fn with_check_finite(mut self, check_finite: bool) -> Self {
+        self.check_finite = check_finite;
         self
     }
 
@@ -74,11 +85,25 @@ impl Callback for EarlyStopping {
         let value = context
             .metrics
             .require(&self.monitor, "EarlyStopping", epoch)?;
-        // A NaN never improves anything (Lightning stops on it with `check_finite`).
-        let improved = match self.best {
-            None => !value.is_nan(),
-            Some(best) => self.mode.improves(value, best, self.min_delta),
+        if self.check_finite && !value.is_finite() {
+            log::warn!(
+                "kiln-ml-train: EarlyStopping: `{}` = {value} after epoch {epoch} is not finite \
+                 (best so far {:?}): stopping",
+                self.monitor,
+                self.best
+            );
+            self.epochs_without_improvement += 1;
+            return Ok(Decision::STOP);
+        }
+        // Against the worst value first, as Lightning's initial best (+inf in min mode): a
+        // NaN never improves, an infinity of the wrong sign neither.
+        let worst = match self.mode {
+            Mode::Min => f64::INFINITY,
+            Mode::Max => f64::NEG_INFINITY,
         };
+        let improved = self
+            .mode
+            .improves(value, self.best.unwrap_or(worst), self.min_delta);
         if improved {
             self.best = Some(value);
             self.epochs_without_improvement = 0;
@@ -109,6 +134,11 @@ mod tests {
 
     /// The epochs after which `stopping` stops, fed `values` one epoch each.
     fn stops(mut stopping: EarlyStopping, values: &[f64]) -> Vec<u64> {
+        stops_into(&mut stopping, values)
+    }
+
+    /// As [`stops`], keeping the callback's state.
+    fn stops_into(stopping: &mut EarlyStopping, values: &[f64]) -> Vec<u64> {
         let mut stopped = Vec::new();
         for (epoch, value) in values.iter().enumerate() {
             let mut metrics = EpochMetrics::default();
@@ -148,8 +178,31 @@ mod tests {
     }
 
     #[test]
-    fn nan_is_never_an_improvement() {
-        let stopping = EarlyStopping::new("m", Mode::Min).with_patience(2);
+    fn a_value_that_is_not_finite_stops_at_once() {
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let stopping = EarlyStopping::new("m", Mode::Min).with_patience(5);
+            assert_eq!(stops(stopping, &[1.0, bad, 0.5]), [1], "{bad}");
+            let stopping = EarlyStopping::new("m", Mode::Max).with_patience(5);
+            assert_eq!(stops(stopping, &[bad]), [0], "{bad}");
+        }
+    }
+
+    #[test]
+    fn without_check_finite_nan_and_infinities_never_improve_on_a_finite_best() {
+        let stopping = EarlyStopping::new("m", Mode::Min)
+            .with_patience(2)
+            .with_check_finite(false);
         assert_eq!(stops(stopping, &[1.0, f64::NAN, f64::NAN]), [2]);
+        // A first +inf is no best in min mode (Lightning starts from +inf): 1.0 improves.
+        let mut stopping = EarlyStopping::new("m", Mode::Min)
+            .with_patience(1)
+            .with_check_finite(false);
+        assert_eq!(stops(stopping.clone(), &[f64::INFINITY, 1.0]), [0]);
+        stops_into(&mut stopping, &[f64::INFINITY, 1.0]);
+        assert_eq!(stopping.best(), Some(1.0));
+        let stopping = EarlyStopping::new("m", Mode::Max)
+            .with_patience(1)
+            .with_check_finite(false);
+        assert_eq!(stops(stopping, &[f64::NEG_INFINITY, f64::NAN]), [0, 1]);
     }
 }
