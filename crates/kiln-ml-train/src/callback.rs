@@ -103,6 +103,10 @@ pub struct Decision {
     /// [`TrainerConfig::checkpoint`](crate::TrainerConfig::checkpoint)'s directory, as a
     /// scheduled one), whatever the schedule says.
     pub checkpoint: bool,
+    /// Training diverged (a NaN or infinite metric): stop, and write no checkpoint after this
+    /// epoch, whatever `checkpoint`, another callback or the schedule says, so that pruning
+    /// keeps the last good ones rather than making room for diverged weights.
+    pub diverged: bool,
 }
 
 impl Decision {
@@ -110,16 +114,25 @@ impl Decision {
     pub const CONTINUE: Decision = Decision {
         stop: false,
         checkpoint: false,
+        diverged: false,
     };
     /// Stop after this epoch.
     pub const STOP: Decision = Decision {
         stop: true,
         checkpoint: false,
+        diverged: false,
     };
     /// Write the trainer's checkpoint now and go on.
     pub const CHECKPOINT: Decision = Decision {
         stop: false,
         checkpoint: true,
+        diverged: false,
+    };
+    /// Stop now without writing a checkpoint: training diverged.
+    pub const DIVERGED: Decision = Decision {
+        stop: true,
+        checkpoint: false,
+        diverged: true,
     };
 }
 

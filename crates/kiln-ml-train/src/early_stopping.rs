@@ -6,9 +6,10 @@ use crate::callback::{Callback, CheckpointWriter, Decision, EpochContext, Mode};
 /// Stops training once `monitor` has not improved by more than `min_delta` for `patience`
 /// epochs in a row (Lightning's rule: `wait_count >= patience`, so patience 0 stops at the
 /// first epoch without improvement). A NaN or infinite value stops training at once, as
-/// Lightning's `check_finite` (on by default; [`with_check_finite`](Self::with_check_finite)).
-/// The epoch it stops after still writes its checkpoint (when checkpoints are on), and `fit`
-/// returns its summary with [`stopped_early`](crate::FitSummary::stopped_early) set.
+/// Lightning's `check_finite` (on by default; [`with_check_finite`](Self::with_check_finite)),
+/// without writing the diverged epoch's checkpoint ([`Decision::DIVERGED`]). Otherwise the
+/// epoch it stops after still writes its checkpoint (when checkpoints are on). `fit` returns
+/// its summary with [`stopped_early`](crate::FitSummary::stopped_early) set.
 ///
 /// ```
 /// use kiln_ml_train::{EarlyStopping, Mode};
@@ -93,7 +94,7 @@ impl Callback for EarlyStopping {
                 self.best
             );
             self.epochs_without_improvement += 1;
-            return Ok(Decision::STOP);
+            return Ok(Decision::DIVERGED);
         }
         // Against the worst value first, as Lightning's initial best (+inf in min mode): a
         // NaN never improves, an infinity of the wrong sign neither.

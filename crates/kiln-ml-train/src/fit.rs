@@ -123,13 +123,18 @@ where
             on_epoch_end(self, &summary)?;
             let decision = self.run_callbacks(&summary)?;
             // A stopped run writes its last checkpoint whatever the schedule, as does one a
-            // callback asked for.
-            if decision.stop || decision.checkpoint {
+            // callback asked for; a diverged one writes none, so pruning keeps the good ones.
+            if decision.diverged {
+                log::warn!(
+                    "kiln-ml-train: training diverged after epoch {epoch}: stopping without \
+                     writing its checkpoint"
+                );
+            } else if decision.stop || decision.checkpoint {
                 self.write_scheduled_checkpoint()?;
             } else {
                 self.checkpoint_epoch_end_if_due(summary.steps)?;
             }
-            if decision.stop {
+            if decision.stop || decision.diverged {
                 stopped_early = Some(epoch);
                 break;
             }
@@ -175,6 +180,7 @@ where
                 Ok(decision) => {
                     asked.stop |= decision.stop;
                     asked.checkpoint |= decision.checkpoint;
+                    asked.diverged |= decision.diverged;
                 }
                 Err(error) => {
                     result = Err(error);

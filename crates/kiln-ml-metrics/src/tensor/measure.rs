@@ -361,7 +361,9 @@ fn select<B: Backend>(
                     let empty = kept_sum.clone().lower_equal_elem(0.0);
                     let renormalized = p_mode / top / kept_sum.mask_fill(empty.clone(), 1.0);
                     match policy.zero_mass {
-                        ZeroMass::Refuse => renormalized,
+                        // The limit, 0, as on the host (a negative kept sum under `Finite`
+                        // would otherwise leave p_mode itself).
+                        ZeroMass::Refuse => renormalized.mask_fill(empty, 0.0),
                         ZeroMass::Uniform => {
                             let kept_modes = dropped.clone().bool_not().float().sum_dim(1);
                             renormalized.mask_where(empty, kept_modes.recip())

@@ -123,6 +123,27 @@ fn negative_scores_renormalize_on_the_device_as_on_the_host_under_waymo() {
     }
 }
 
+/// `Finite` scores under `Refuse`: a row whose whole sum is positive passes the check, but its
+/// kept modes may sum to less than zero (first-K pruning): no mass, probability 0, on the host
+/// and on the device alike.
+#[test]
+fn kept_scores_summing_below_zero_get_probability_zero_under_refuse() {
+    let mut config = MetricsConfig::argoverse2();
+    config.horizons = MetricsConfig::argoverse2().horizons;
+    config.top_k = vec![1];
+    config.pruning = Pruning::FirstK;
+    config.probabilities.check = ProbabilityCheck::Finite;
+    config.probabilities.renormalize = true;
+    config.probabilities.zero_mass = ZeroMass::Refuse;
+    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
+    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
+    let report = Case::from_points(&[vec![mode(0.5), mode(1.0)]], &[truth])
+        .with_probabilities(&[-1.0, 3.0])
+        .both(&config);
+    // minFDE 0.5 from mode 0, the only kept one; p = 0: brier adds 1.
+    assert_close(report.horizons[0].top_k[0].brier_min_fde, 1.5, 1e-6);
+}
+
 /// Scores need not sum to one under renormalization (Waymo's may be any finite value): the
 /// device's f32 sum of two scores near f32's largest would overflow to infinity and give
 /// probability 0 where the host's f64 sum gives a half.

@@ -74,6 +74,39 @@ fn early_stopping_stops_writes_its_checkpoint_and_returns_the_summary() {
 }
 
 #[test]
+fn a_nan_metric_stops_at_once_and_keeps_the_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // A checkpoint at every epoch's end, only the newest kept: the diverged epoch writes none,
+    // so epoch 1's survives the prune.
+    let checkpoints = CheckpointConfig::new(dir.path()).with_keep_last(1);
+    let config = TrainerConfig::new()
+        .with_num_epochs(10)
+        .with_checkpoint(Some(checkpoints));
+    let (summary, recorder) = fit_logging(
+        config,
+        &[1.0, 0.5, f64::NAN, 0.4, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1],
+        EarlyStopping::new("valid/score", Mode::Min).with_patience(5),
+    );
+    let summary = summary.unwrap();
+    assert_eq!(summary.stopped_early, Some(2));
+    let written = list_checkpoints(dir.path()).unwrap();
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert!(
+        written[0].ends_with("step-000000000006.kiln"),
+        "epoch 1 ends at step 6: {written:?}"
+    );
+    let saved: Vec<u64> = recorder
+        .events()
+        .iter()
+        .filter_map(|event| match event {
+            Event::CheckpointSaved { step, .. } => Some(*step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(saved, [3, 6]);
+}
+
+#[test]
 fn best_checkpoints_keep_the_best_k_by_the_metric() {
     let dir = tempfile::tempdir().unwrap();
     let config = TrainerConfig::new().with_num_epochs(5);
