@@ -85,21 +85,31 @@ fn uniform_under(pruning: Pruning) {
     }
 }
 
+/// Waymo's probability policy (K = 2) on three steps with the final-distance miss.
+fn waymo_on_three_steps() -> MetricsConfig {
+    let mut config = MetricsConfig::waymo();
+    config.horizons = MetricsConfig::argoverse2().horizons;
+    config.miss = MetricsConfig::argoverse2().miss;
+    config.top_k = vec![2];
+    config
+}
+
+/// Two modes 0.5 m and 1 m beside a straight three-step truth, with these scores: minFDE 0.5
+/// from mode 0.
+fn two_modes(scores: &[f32]) -> Case {
+    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
+    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
+    Case::from_points(&[vec![mode(0.5), mode(1.0)]], &[truth]).with_probabilities(scores)
+}
+
 /// Waymo's confidences may be negative (its code neither checks nor normalizes them). Where the
 /// kept scores sum to a positive value they renormalize as given; where the sum is not positive
 /// the row has no mass, shared equally under Waymo's policy; the host and the device agree.
 #[test]
 fn negative_scores_renormalize_on_the_device_as_on_the_host_under_waymo() {
-    let mut config = MetricsConfig::waymo();
-    config.horizons = MetricsConfig::argoverse2().horizons;
-    config.miss = MetricsConfig::argoverse2().miss;
-    config.top_k = vec![2];
-    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
-    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
+    let config = waymo_on_three_steps();
     let brier = |scores: &[f32]| {
-        let report = Case::from_points(&[vec![mode(0.5), mode(1.0)]], std::slice::from_ref(&truth))
-            .with_probabilities(scores)
-            .both(&config);
+        let report = two_modes(scores).both(&config);
         report.horizons[0].top_k[0].brier_min_fde
     };
     // minFDE 0.5 from mode 0, plus (1 - p)^2 for its renormalized probability p.
@@ -108,8 +118,7 @@ fn negative_scores_renormalize_on_the_device_as_on_the_host_under_waymo() {
     assert_close(brier(&[-1.0, -3.0]), 0.5 + 0.25, 1e-6); // sum -4: no mass, p = 1/2
 
     // The scores' own policies still refuse them, on both paths, naming the mode.
-    let case =
-        Case::from_points(&[vec![mode(0.5), mode(1.0)]], &[truth]).with_probabilities(&[0.5, -1.0]);
+    let case = two_modes(&[0.5, -1.0]);
     for mut refusing in [MetricsConfig::argoverse1(), config.clone()] {
         refusing.horizons = config.horizons.clone();
         refusing.probabilities.check = ProbabilityCheck::NonNegative;
@@ -135,11 +144,7 @@ fn kept_scores_summing_below_zero_get_probability_zero_under_refuse() {
     config.probabilities.check = ProbabilityCheck::Finite;
     config.probabilities.renormalize = true;
     config.probabilities.zero_mass = ZeroMass::Refuse;
-    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
-    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
-    let report = Case::from_points(&[vec![mode(0.5), mode(1.0)]], &[truth])
-        .with_probabilities(&[-1.0, 3.0])
-        .both(&config);
+    let report = two_modes(&[-1.0, 3.0]).both(&config);
     // minFDE 0.5 from mode 0, the only kept one; p = 0: brier adds 1.
     assert_close(report.horizons[0].top_k[0].brier_min_fde, 1.5, 1e-6);
 }
@@ -149,15 +154,7 @@ fn kept_scores_summing_below_zero_get_probability_zero_under_refuse() {
 /// probability 0 where the host's f64 sum gives a half.
 #[test]
 fn huge_scores_renormalize_on_the_device_as_on_the_host() {
-    let mut config = MetricsConfig::waymo();
-    config.horizons = MetricsConfig::argoverse2().horizons;
-    config.miss = MetricsConfig::argoverse2().miss;
-    config.top_k = vec![2];
-    let truth = vec![[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
-    let mode = |y: f32| vec![[0.0, y], [1.0, y], [2.0, y]];
-    let report = Case::from_points(&[vec![mode(0.5), mode(1.0)]], &[truth])
-        .with_probabilities(&[3.0e38, 3.0e38])
-        .both(&config);
+    let report = two_modes(&[3.0e38, 3.0e38]).both(&waymo_on_three_steps());
     // minFDE 0.5 from mode 0, whose renormalized probability is a half.
     assert_close(report.horizons[0].top_k[0].brier_min_fde, 0.75, 1e-6);
 }

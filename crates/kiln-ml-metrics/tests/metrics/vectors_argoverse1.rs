@@ -71,6 +71,18 @@ struct Expected {
     brier: Option<f64>,
 }
 
+/// A bad forecast kept alone, its renormalized probability 1: no penalty, a miss.
+fn only_a_bad_forecast_kept() -> Expected {
+    Expected {
+        min_ade: BAD_ADE,
+        min_fde: BAD_FDE,
+        miss_rate: 1.0,
+        p_min: Some(BAD_FDE),
+        p_miss_rate: Some(1.0),
+        brier: Some(BAD_FDE),
+    }
+}
+
 fn check(report: &MetricReport, k: usize, expected: Expected) {
     let entry = report.at(k).unwrap();
     assert_close(entry.min_ade, expected.min_ade, TOLERANCE);
@@ -114,18 +126,7 @@ fn av1_case_1_good_and_bad_k2_probabilities_08_02() {
 #[test]
 fn av1_case_2_one_bad_forecast_with_k2_is_not_penalized() {
     let report = evaluate(vec![bad()], 2, Some(&[1.0]));
-    check(
-        &report,
-        2,
-        Expected {
-            min_ade: BAD_ADE,
-            min_fde: BAD_FDE,
-            miss_rate: 1.0,
-            p_min: Some(BAD_FDE),
-            p_miss_rate: Some(1.0),
-            brier: Some(BAD_FDE),
-        },
-    );
+    check(&report, 2, only_a_bad_forecast_kept());
 }
 
 #[test]
@@ -185,19 +186,7 @@ fn av1_case_5_equal_probabilities() {
 #[test]
 fn av1_equal_probabilities_keep_the_first_submitted() {
     let report = evaluate(vec![bad(), good(), bad()], 1, Some(&[0.4, 0.4, 0.2]));
-    check(
-        &report,
-        1,
-        Expected {
-            min_ade: BAD_ADE,
-            min_fde: BAD_FDE,
-            miss_rate: 1.0,
-            // The kept mode alone, renormalized: p = 1, no penalty.
-            p_min: Some(BAD_FDE),
-            p_miss_rate: Some(1.0),
-            brier: Some(BAD_FDE),
-        },
-    );
+    check(&report, 1, only_a_bad_forecast_kept());
 }
 
 #[test]
