@@ -156,6 +156,15 @@ pub trait CheckpointWriter {
 /// its end-of-epoch closure, so it sees the metrics the closure logged, and before the epoch's
 /// checkpoint). Register with [`Trainer::add_callback`](crate::Trainer::add_callback).
 ///
+/// A callback with state that a resumed run must continue from (a count of epochs, a best
+/// value) saves it in the trainer's checkpoints, as Lightning's `state_dict`: it names itself
+/// with [`state_key`](Self::state_key), unique among the trainer's callbacks, returns its state
+/// from [`state`](Self::state) and takes it back in [`load_state`](Self::load_state). The
+/// trainer asks for the state after each of the callback's epoch ends, and gives a loaded
+/// checkpoint's state back when `fit` starts. Callbacks run in the order added, so a callback
+/// that writes checkpoints of its own ([`BestCheckpoints`](crate::BestCheckpoints)) saves the
+/// epoch's states of the callbacks added before it: add it last.
+///
 /// ```
 /// use kiln_ml_train::{Callback, CheckpointWriter, Decision, EpochContext};
 ///
@@ -181,6 +190,27 @@ pub trait Callback: Send {
         context: &EpochContext<'_>,
         checkpoints: &dyn CheckpointWriter,
     ) -> Result<Decision>;
+
+    /// The name this callback's state is saved under in checkpoints (Lightning's
+    /// `state_key`: the type and what tells two instances apart); `None`, the default, for a
+    /// callback with nothing to resume. Two callbacks of one trainer with the same key make
+    /// `fit` fail with [`Error::DuplicateCallbackState`].
+    fn state_key(&self) -> Option<String> {
+        None
+    }
+
+    /// The state to save in checkpoints, as JSON.
+    fn state(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// Continues from `state`, which [`state`](Self::state) returned in the run that wrote
+    /// the checkpoint. On an `Err` (saying what is wrong), `fit` fails with
+    /// [`Error::CheckpointFormat`] naming the file and the callback.
+    fn load_state(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
+        let _ = state;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Saving and restoring a whole run: model, optimizer, scheduler, loss scaler, RNG, data
 //! position and counters.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::module::AutodiffModule;
@@ -41,6 +42,10 @@ struct TrainerState {
     host_rng: RngState,
     last_loss: Option<f64>,
     config: TrainerConfig,
+    /// The stateful callbacks' states by key ([`Callback::state_key`](crate::Callback::state_key)); absent
+    /// when there are none, and in files from before they were saved.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    callbacks: BTreeMap<String, serde_json::Value>,
 }
 
 const STATE: &str = "trainer_state";
@@ -87,6 +92,7 @@ where
                 )?),
             },
             config: self.config.clone(),
+            callbacks: self.callback_states.saved().clone(),
         };
         let state = serde_json::to_vec_pretty(&state).map_err(|error| Error::CheckpointFormat {
             path: path.to_path_buf(),
@@ -255,6 +261,9 @@ where
         self.data_key = state.data_key;
         self.check_data_key = state.data_key.is_some();
         self.last_loss = state.last_loss.map(LastLoss::Read);
+        // Given to the callbacks when `fit` starts (they may be added after this call).
+        self.callback_states
+            .load(path.to_path_buf(), state.callbacks);
         self.window = Default::default();
         // What this trainer wrote belongs to the trajectory it leaves: a later step of the
         // loaded one is written again, not taken as already on disk.

@@ -118,6 +118,47 @@ impl Callback for EarlyStopping {
             Decision::CONTINUE
         })
     }
+
+    /// Lightning's key: the monitor and the mode (patience and `min_delta` may change on
+    /// resume, and are not part of it).
+    fn state_key(&self) -> Option<String> {
+        let mode = match self.mode {
+            Mode::Min => "min",
+            Mode::Max => "max",
+        };
+        Some(format!(
+            "EarlyStopping{{monitor={:?}, mode={mode}}}",
+            self.monitor
+        ))
+    }
+
+    /// The best value (as text: exact, and JSON has no infinities) and the epochs without
+    /// improvement (Lightning's `best_score` and `wait_count`).
+    fn state(&self) -> serde_json::Value {
+        serde_json::json!({
+            "best": self.best.map(|best| best.to_string()),
+            "epochs_without_improvement": self.epochs_without_improvement,
+        })
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
+        let best = match state.get("best") {
+            Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(text)) => Some(
+                text.parse::<f64>()
+                    .map_err(|_| format!("`best` is {text:?}, not a number"))?,
+            ),
+            other => return Err(format!("`best` is {other:?}, not a number as text or null")),
+        };
+        let waited = state
+            .get("epochs_without_improvement")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|epochs| u32::try_from(epochs).ok())
+            .ok_or("`epochs_without_improvement` is missing or not a count")?;
+        self.best = best;
+        self.epochs_without_improvement = waited;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +227,59 @@ mod tests {
             let stopping = EarlyStopping::new("m", Mode::Max).with_patience(5);
             assert_eq!(stops(stopping, &[bad]), [0], "{bad}");
         }
+    }
+
+    #[test]
+    fn its_state_round_trips_exactly_and_a_resumed_one_stops_where_the_whole_run_did() {
+        let values = [1.0, 0.1 + 0.2, 0.5, 0.6, 0.7];
+        let whole = stops(EarlyStopping::new("m", Mode::Min).with_patience(2), &values);
+        assert_eq!(whole, [3, 4]);
+        // Started afresh at epoch 3, it would take 0.6 as its best and not stop.
+        let fresh = stops(
+            EarlyStopping::new("m", Mode::Min).with_patience(2),
+            &values[3..],
+        );
+        assert!(fresh.is_empty());
+        let mut first = EarlyStopping::new("m", Mode::Min).with_patience(2);
+        stops_into(&mut first, &values[..3]);
+        let mut resumed = EarlyStopping::new("m", Mode::Min).with_patience(2);
+        assert_eq!(resumed.state_key(), first.state_key());
+        let saved = serde_json::to_string(&first.state()).unwrap();
+        resumed
+            .load_state(&serde_json::from_str(&saved).unwrap())
+            .unwrap();
+        assert_eq!(resumed.best(), Some(0.1 + 0.2), "exact, not 0.3");
+        assert_eq!(resumed.epochs_without_improvement(), 1);
+        // Epochs 3.. fed to the resumed callback stop at the same epochs as the whole run.
+        let later: Vec<u64> = stops_into(&mut resumed, &values[3..])
+            .into_iter()
+            .map(|epoch| epoch + 3)
+            .collect();
+        assert_eq!(later, whole);
+        // A best of -inf (check_finite off) survives JSON too.
+        let mut infinite = EarlyStopping::new("m", Mode::Min).with_check_finite(false);
+        stops_into(&mut infinite, &[f64::NEG_INFINITY]);
+        let mut copy = EarlyStopping::new("m", Mode::Min);
+        copy.load_state(&infinite.state()).unwrap();
+        assert_eq!(copy.best(), Some(f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn keys_tell_monitors_and_modes_apart_and_bad_states_are_named() {
+        let key = |monitor: &str, mode| EarlyStopping::new(monitor, mode).state_key().unwrap();
+        assert_eq!(
+            key("valid/min_ade", Mode::Min),
+            r#"EarlyStopping{monitor="valid/min_ade", mode=min}"#
+        );
+        assert_ne!(key("a", Mode::Min), key("a", Mode::Max));
+        assert_ne!(key("a", Mode::Min), key("b", Mode::Min));
+        let mut stopping = EarlyStopping::new("m", Mode::Min);
+        let bad = serde_json::json!({"best": "x", "epochs_without_improvement": 1});
+        assert!(stopping.load_state(&bad).unwrap_err().contains("`best`"));
+        let bad = serde_json::json!({"best": null});
+        let error = stopping.load_state(&bad).unwrap_err();
+        assert!(error.contains("epochs_without_improvement"), "{error}");
+        assert_eq!(stopping.best(), None, "a refused state changes nothing");
     }
 
     #[test]

@@ -225,6 +225,19 @@ pub enum Error {
         /// The names the epoch logged, comma-separated (`none` when none).
         logged: String,
     },
+    /// Two callbacks of one trainer save their states under the same key, so a checkpoint
+    /// could not tell whose is whose (Lightning refuses the same).
+    #[error(
+        "two callbacks save their state under the key `{key}` (callbacks {first} and {second}, counted from 0 in the order added): a checkpoint could not tell them apart; give them different monitors, or keep one"
+    )]
+    DuplicateCallbackState {
+        /// The shared key.
+        key: String,
+        /// The first callback with it.
+        first: usize,
+        /// The second.
+        second: usize,
+    },
     /// A logger could not write its file.
     #[error("logger {path}: {action} failed: {source}")]
     LogIo {

@@ -82,6 +82,7 @@ where
         let mut reached_max_steps = false;
         let mut stopped_early = None;
         let steps_before_fit = self.counters.optimizer_steps;
+        self.callback_states.hand_out(&mut self.callbacks)?;
         while self.epoch < self.config.num_epochs {
             let epoch = self.epoch;
             // An epoch a checkpoint was taken in (after its last batch, say) is opened again
@@ -176,7 +177,10 @@ where
         let mut asked = Decision::CONTINUE;
         let mut result = Ok(());
         for callback in &mut callbacks {
-            match callback.on_epoch_end(&context, self) {
+            let decided = callback.on_epoch_end(&context, self);
+            // Before the next callback runs: one that writes a checkpoint saves this state.
+            self.callback_states.record(callback.as_ref());
+            match decided {
                 Ok(decision) => {
                     asked.stop |= decision.stop;
                     asked.checkpoint |= decision.checkpoint;

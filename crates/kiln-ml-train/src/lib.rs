@@ -96,6 +96,7 @@ mod best_checkpoints;
 mod buckets;
 mod burn_adam_state;
 mod callback;
+mod callback_states;
 mod checkpoint;
 mod checkpoint_file;
 mod clipping;

@@ -74,6 +74,8 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) time_to_first_step: Option<Duration>,
     /// Run by `fit_with` after each epoch.
     pub(crate) callbacks: Vec<Box<dyn Callback>>,
+    /// The stateful callbacks' states, as checkpoints save them.
+    pub(crate) callback_states: crate::callback_states::CallbackStates,
     /// What the current epoch logged with `log_metric`.
     pub(crate) epoch_metrics: EpochMetrics,
     /// The moving average of the weights, once the first update made it.
@@ -158,6 +160,7 @@ where
             membership: None,
             time_to_first_step: None,
             callbacks: Vec::new(),
+            callback_states: Default::default(),
             epoch_metrics: EpochMetrics::default(),
             ema: None,
             fused_optimizer: None,

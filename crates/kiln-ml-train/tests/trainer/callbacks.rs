@@ -187,3 +187,89 @@ fn a_callback_on_an_unlogged_metric_names_it_and_what_was_logged() {
     );
     assert!(error.to_string().contains("valid/score"), "{error}");
 }
+
+/// `epochs` epochs with a checkpoint at each one's end in `dir`.
+fn checkpointed(dir: &std::path::Path, epochs: usize) -> TrainerConfig {
+    TrainerConfig::new()
+        .with_num_epochs(epochs as u64)
+        .with_checkpoint(Some(CheckpointConfig::new(dir)))
+}
+
+/// Fits with `early_stopping` on `scores` (as [`fit_logging`]) from the newest checkpoint in
+/// `dir`, the callback added before or after the checkpoint is loaded.
+fn resume_logging(
+    dir: &std::path::Path,
+    scores: &'static [f64],
+    early_stopping: EarlyStopping,
+    add_first: bool,
+) -> Result<FitSummary> {
+    let config = checkpointed(dir, scores.len());
+    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
+    let mut early_stopping = Some(early_stopping);
+    if add_first {
+        trainer.add_callback(early_stopping.take().unwrap());
+    }
+    let latest = kiln_ml_train::latest_checkpoint(dir).unwrap().unwrap();
+    trainer.load_checkpoint(&latest).unwrap();
+    if let Some(callback) = early_stopping {
+        trainer.add_callback(callback);
+    }
+    let data = batches();
+    trainer.fit_with(
+        |position| common::plain(data.clone(), position),
+        |trainer, epoch| {
+            trainer.log_metric("valid/score", scores[epoch.epoch as usize]);
+            Ok(())
+        },
+    )
+}
+
+#[test]
+fn a_resumed_run_stops_early_where_the_whole_run_did() {
+    const SCORES: &[f64] = &[1.0, 0.5, 0.6, 0.55, 0.7, 0.1, 0.1, 0.1];
+    let stopping = || EarlyStopping::new("valid/score", Mode::Min).with_patience(2);
+    let whole = tempfile::tempdir().unwrap();
+    let (summary, _) = fit_logging(checkpointed(whole.path(), SCORES.len()), SCORES, stopping());
+    assert_eq!(summary.unwrap().stopped_early, Some(3));
+    for add_first in [true, false] {
+        // Interrupted after epoch 2: one epoch without improvement counted so far.
+        let dir = tempfile::tempdir().unwrap();
+        let (summary, _) = fit_logging(checkpointed(dir.path(), 3), SCORES, stopping());
+        assert_eq!(summary.unwrap().stopped_early, None);
+        let resumed = resume_logging(dir.path(), SCORES, stopping(), add_first).unwrap();
+        assert_eq!(resumed.stopped_early, Some(3), "added first: {add_first}");
+    }
+    // Without the saved count a fresh callback takes epoch 3's 0.55 as its best and goes on
+    // to the end: the state is what makes the difference. The callback of another monitor
+    // finds no state of its own (the saved one is dropped with a warning).
+    let dir = tempfile::tempdir().unwrap();
+    let (summary, _) = fit_logging(checkpointed(dir.path(), 3), SCORES, stopping());
+    summary.unwrap();
+    let other = EarlyStopping::new("valid/score", Mode::Max).with_patience(100);
+    let resumed = resume_logging(dir.path(), SCORES, other, true).unwrap();
+    assert_eq!(resumed.stopped_early, None);
+}
+
+#[test]
+fn two_callbacks_with_one_state_key_are_refused_when_fit_starts() {
+    let config = TrainerConfig::new().with_num_epochs(2);
+    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
+    trainer.add_callback(EarlyStopping::new("valid/score", Mode::Min).with_patience(1));
+    trainer.add_callback(EarlyStopping::new("valid/score", Mode::Min).with_patience(5));
+    let data = batches();
+    let error = trainer
+        .fit(|position| common::plain(data.clone(), position))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::DuplicateCallbackState {
+                first: 0,
+                second: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(trainer.counters().optimizer_steps, 0, "nothing trained");
+}
