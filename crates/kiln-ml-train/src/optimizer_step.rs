@@ -53,6 +53,7 @@ where
     fn apply_window(&mut self, step: u64) -> Result<StepReport> {
         let window = std::mem::take(&mut self.window);
         let loss_scale = self.scaler.as_ref().map(|scaler| scaler.scale());
+        let multiplier = self.loss_multiplier();
         let outcome = if let Some(membership) = self.membership.clone() {
             // Sums over every replica; normalized once the summed counts are read back.
             let reduced = all_reduce_window::<B, M>(
@@ -66,7 +67,7 @@ where
             .map_err(|message| membership.error("the all-reduce of the gradients", message))?;
             self.settle_run_ahead()?;
             let divisor = Divisor::Reduced(reduced.counts);
-            self.step_with_readback(step, reduced.grads, reduced.loss_sum, divisor, loss_scale)?
+            self.step_with_readback(step, reduced.grads, reduced.loss_sum, divisor, multiplier)?
         } else {
             let divisor = match self.config.loss_normalization {
                 LossNormalization::MicroBatches => f64::from(window.micro_batches),
@@ -79,9 +80,9 @@ where
             if self.reads_back(step) {
                 self.settle_run_ahead()?;
                 let divisor = Divisor::Known(divisor);
-                self.step_with_readback(step, grads, loss_sum, divisor, loss_scale)?
+                self.step_with_readback(step, grads, loss_sum, divisor, multiplier)?
             } else {
-                let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
+                let unscale = 1.0 / (f64::from(multiplier.unwrap_or(1.0)) * divisor);
                 let outcome = self.step_on_device(grads, loss_sum.clone(), divisor, unscale)?;
                 self.bound_run_ahead(loss_sum)?;
                 outcome
@@ -112,6 +113,17 @@ where
         })
     }
 
+    /// What each micro-batch's loss is multiplied by before its backward pass under f16:
+    /// the scale over the configured window size, PyTorch's `scaler.scale(loss / K)`, so the
+    /// scale settles where PyTorch's does. The step unscales by `1 / (multiplier * divisor)`
+    /// with the window's real divisor, which gives the same normalization for a short last
+    /// window or an item count. The value is the f32 the loss is multiplied by, so the unscale
+    /// undoes exactly what the backward pass saw. `None` without a loss scaler.
+    pub(crate) fn loss_multiplier(&self) -> Option<f32> {
+        let window = self.config.accumulation_steps as f32;
+        self.scaler.as_ref().map(|scaler| scaler.scale() / window)
+    }
+
     /// Whether this optimizer step reads loss (and gradient norm) back to the host: every f16
     /// step (the loss scaler must know whether the gradients are finite), every step when
     /// anomalies are checked or the norm is tracked, and every `read_loss_every` steps.
@@ -132,7 +144,7 @@ where
         mut grads: GradientsParams,
         loss_sum: Tensor<B::InnerBackend, 1>,
         divisor: Divisor<B>,
-        loss_scale: Option<f32>,
+        loss_multiplier: Option<f32>,
     ) -> Result<Outcome> {
         let needs_norm = self.scaler.is_some()
             || matches!(self.config.clipping, Some(GradientClipping::Norm { .. }))
@@ -175,7 +187,7 @@ where
             }
             (Divisor::Reduced(_), None) => unreachable!("the counts were read back"),
         };
-        let unscale = 1.0 / (f64::from(loss_scale.unwrap_or(1.0)) * divisor);
+        let unscale = 1.0 / (f64::from(loss_multiplier.unwrap_or(1.0)) * divisor);
         let loss = loss_sum / divisor;
         self.last_loss = Some(LastLoss::Read(loss));
         let grad_norm = squared_scaled.map(|squared| squared.sqrt() * unscale);

@@ -104,8 +104,8 @@ where
         }
 
         let started = self.observers.start(Phase::Backward, step);
-        let scaled = match &self.scaler {
-            Some(scaler) => loss.mul_scalar(scaler.scale()),
+        let scaled = match self.loss_multiplier() {
+            Some(multiplier) => loss.mul_scalar(multiplier),
             None => loss,
         };
         let grads = GradientsParams::from_grads(scaled.backward(), self.model());

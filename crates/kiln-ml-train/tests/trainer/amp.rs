@@ -5,7 +5,7 @@ use burn::optim::AdamConfig;
 use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::{SkipReason, StepOutcome};
-use kiln_ml_train::{Precision, Trainer, TrainerConfig};
+use kiln_ml_train::{LossScalerConfig, Precision, Trainer, TrainerConfig};
 
 use crate::common::{self, Batch, Mlp};
 
@@ -92,6 +92,52 @@ fn f16_overflow_skips_and_backs_off<B: AutodiffBackend>(device: B::Device) {
     assert_eq!(trainer.counters().skipped_steps, 1);
 }
 
+/// Under accumulation each micro-batch's loss is multiplied by the scale over the window size
+/// K before its backward pass, as PyTorch's `scaler.scale(loss / K)`, so the scale settles where
+/// PyTorch's does: a window of K copies of a batch overflows f16 at K times the scale a single
+/// batch overflows at (powers of two: the backward values are the same bits).
+fn f16_scales_each_micro_batch_by_the_scale_over_the_window<B: AutodiffBackend>(device: B::Device) {
+    const K: u32 = 4;
+    let batch = common::batches::<B>(1, 8, 4, &device).remove(0);
+    let batch = Batch {
+        inputs: batch.inputs.mul_scalar(100.0),
+        targets: batch.targets,
+    };
+    // Whether the first window, `k` copies of the batch, is applied at `scale`.
+    let applied = |scale: f32, k: u32| {
+        let config = TrainerConfig::new()
+            .with_precision(Precision::F16Mixed)
+            .with_accumulation_steps(k)
+            .with_loss_scaler(LossScalerConfig {
+                init_scale: scale,
+                ..LossScalerConfig::default()
+            });
+        let mut trainer = Trainer::new(
+            common::model::<B>(&device, 2),
+            AdamConfig::new().init(),
+            0.01,
+            config,
+            device.clone(),
+        )
+        .unwrap();
+        let reports: Vec<_> = (0..k)
+            .filter_map(|_| trainer.train_batch(batch.clone()).unwrap().step)
+            .collect();
+        assert_eq!(reports.len(), 1, "one window");
+        assert_eq!(reports[0].loss_scale, Some(f64::from(scale)));
+        reports[0].outcome == StepOutcome::Applied
+    };
+    let largest = (0..40)
+        .map(|power| 2f32.powi(power))
+        .take_while(|&scale| applied(scale, 1))
+        .last()
+        .expect("the batch trains unscaled");
+    assert!(largest < 2f32.powi(39), "the batch never overflows f16");
+    let window = K as f32;
+    assert!(applied(largest * window, K));
+    assert!(!applied(largest * 2.0 * window, K));
+}
+
 /// The lazy-parameter trap: a freshly built (lazily initialized) model trained in mixed
 /// precision still
 /// gets its gradients, because the trainer materializes it before making low-precision copies.
@@ -134,5 +180,6 @@ fn lazily_initialized_model_receives_gradients<B: AutodiffBackend>(device: B::De
 crate::backend_tests!(
     mixed_precision_tracks_f32,
     f16_overflow_skips_and_backs_off,
+    f16_scales_each_micro_batch_by_the_scale_over_the_window,
     lazily_initialized_model_receives_gradients,
 );
