@@ -155,8 +155,7 @@ impl UnitErrors {
                         let scale = speed_scaling.scale(speed);
                         // In f64, as Waymo (float prediction minus double track): an f32
                         // difference rounds near the box's edge.
-                        let dx = f64::from(forecast[last * 2]) - f64::from(truth[last * 2]);
-                        let dy = f64::from(forecast[last * 2 + 1]) - f64::from(truth[last * 2 + 1]);
+                        let (dx, dy) = displacement_f64(forecast, truth, last);
                         let (sin, cos) = f64::from(heading[agent * steps + last]).sin_cos();
                         misses_box(dx, dy, sin, cos, scale, miss_box)
                     }
@@ -236,11 +235,19 @@ fn misses_max(rule: MissRule, max: f32, exact: impl FnOnce() -> f64) -> bool {
     }
 }
 
+/// `forecast[t] - truth[t]` in f64 for interleaved (x, y) points.
+#[inline]
+fn displacement_f64(forecast: &[f32], truth: &[f32], t: usize) -> (f64, f64) {
+    (
+        f64::from(forecast[2 * t]) - f64::from(truth[2 * t]),
+        f64::from(forecast[2 * t + 1]) - f64::from(truth[2 * t + 1]),
+    )
+}
+
 /// `|forecast[t] - truth[t]|` in f64 for interleaved (x, y) points.
 #[inline]
 fn distance_f64(forecast: &[f32], truth: &[f32], t: usize) -> f64 {
-    let dx = f64::from(forecast[2 * t]) - f64::from(truth[2 * t]);
-    let dy = f64::from(forecast[2 * t + 1]) - f64::from(truth[2 * t + 1]);
+    let (dx, dy) = displacement_f64(forecast, truth, t);
     (dx * dx + dy * dy).sqrt()
 }
 
