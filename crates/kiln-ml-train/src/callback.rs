@@ -199,7 +199,9 @@ pub trait Callback: Send {
         None
     }
 
-    /// The state to save in checkpoints, as JSON.
+    /// The state to save in checkpoints, as JSON. Save floats that must come back exactly as
+    /// text (`value.to_string()`, read with `parse::<f64>()`): JSON has no NaN or infinities
+    /// (serde_json writes them as `null`), and its numbers are not read back bit for bit.
     fn state(&self) -> serde_json::Value {
         serde_json::Value::Null
     }

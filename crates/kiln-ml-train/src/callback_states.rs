@@ -45,22 +45,30 @@ impl CallbackStates {
                 });
             }
         }
+        if let Some(path) = &self.loaded {
+            // Every state is given before any is noted, and a refused one leaves the loaded
+            // states waiting: a second `fit` fails the same way rather than starting afresh.
+            for (callback, key) in callbacks.iter_mut().zip(&keys) {
+                let Some(key) = key else { continue };
+                if let Some(state) = self.states.get(key) {
+                    callback
+                        .load_state(state)
+                        .map_err(|reason| Error::CheckpointFormat {
+                            path: path.clone(),
+                            reason: format!("the state of callback `{key}` ({state}): {reason}"),
+                        })?;
+                }
+            }
+        }
         let loaded = self.loaded.take();
         let mut unclaimed = if loaded.is_some() {
             std::mem::take(&mut self.states)
         } else {
             BTreeMap::new()
         };
-        for (callback, key) in callbacks.iter_mut().zip(keys) {
+        for (callback, key) in callbacks.iter().zip(keys) {
             let Some(key) = key else { continue };
-            if let (Some(path), Some(state)) = (&loaded, unclaimed.remove(&key)) {
-                callback
-                    .load_state(&state)
-                    .map_err(|reason| Error::CheckpointFormat {
-                        path: path.clone(),
-                        reason: format!("the state of callback `{key}` ({state}): {reason}"),
-                    })?;
-            }
+            unclaimed.remove(&key);
             self.states.insert(key, callback.state());
         }
         if let Some(path) = &loaded {
@@ -164,5 +172,8 @@ mod tests {
         assert!(error.contains("run.kiln"), "{error}");
         assert!(error.contains("callback `a`"), "{error}");
         assert!(error.contains("not a count"), "{error}");
+        // Still waiting: a second try fails the same way instead of starting afresh.
+        let again = states.hand_out(&mut callbacks[..1]).unwrap_err();
+        assert_eq!(again.to_string(), error);
     }
 }

@@ -1,5 +1,5 @@
 //! Saving and restoring a whole run: model, optimizer, scheduler, loss scaler, RNG, data
-//! position and counters.
+//! position, counters and the stateful callbacks' states.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,6 +46,10 @@ struct TrainerState {
     /// when there are none, and in files from before they were saved.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     callbacks: BTreeMap<String, serde_json::Value>,
+    /// Whether the loss was multiplied by the scale over the accumulation window (PyTorch's
+    /// `scale(loss / K)`); absent in files from before, whose scale settled K times lower.
+    #[serde(default)]
+    loss_scale_over_window: bool,
 }
 
 const STATE: &str = "trainer_state";
@@ -93,6 +97,7 @@ where
             },
             config: self.config.clone(),
             callbacks: self.callback_states.saved().clone(),
+            loss_scale_over_window: true,
         };
         let state = serde_json::to_vec_pretty(&state).map_err(|error| Error::CheckpointFormat {
             path: path.to_path_buf(),
@@ -169,6 +174,11 @@ where
     /// The checkpoint must come from a run with the same numerics (precision, accumulation,
     /// normalization, clipping, seed, reseeding); otherwise [`Error::CheckpointMismatch`] names
     /// the differing field. Other settings (epochs, limits, checkpointing) may change.
+    ///
+    /// The stateful callbacks' states ([`Callback::state_key`](crate::Callback::state_key))
+    /// are given to the callbacks when the next `fit` starts, so they may be added before or
+    /// after this call; a state a callback refuses fails that `fit` with
+    /// [`Error::CheckpointFormat`].
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<Position> {
         let mut sections = read_sections(path)?;
         let mut take = |name: &'static str| {
@@ -247,6 +257,11 @@ where
         self.optim = self.optim.clone().load_record(optimizer_record);
         self.scheduler = self.scheduler.clone().load_record::<B>(scheduler_record);
         if let (Some(scaler), Some(saved)) = (self.scaler.as_mut(), state.loss_scaler) {
+            let saved = if state.loss_scale_over_window {
+                saved
+            } else {
+                scale_of_an_older_file(saved, self.config.accumulation_steps, scaler.config())
+            };
             scaler.load_state(saved);
         }
         self.host_rng = rng_from_state(&state.host_rng);
@@ -272,6 +287,28 @@ where
         // batch announces it (loggers and the profiler tag what follows by it).
         self.epoch_started = false;
         Ok(self.position)
+    }
+}
+
+/// The scale a file from before the loss was multiplied by `scale / K` continues with: its
+/// scale settled K times lower than it now would, so it is multiplied by K (within
+/// `max_scale`, and only while finite), which gives the backward pass the values it had.
+fn scale_of_an_older_file(
+    saved: LossScalerState,
+    accumulation_steps: u32,
+    config: &crate::LossScalerConfig,
+) -> LossScalerState {
+    let mut scale = saved.scale * accumulation_steps as f32;
+    if let Some(max) = config.max_scale {
+        scale = scale.min(max);
+    }
+    LossScalerState {
+        scale: if scale.is_finite() {
+            scale
+        } else {
+            saved.scale
+        },
+        ..saved
     }
 }
 
@@ -329,4 +366,37 @@ fn check_numerics(path: &Path, saved: &TrainerConfig, current: &TrainerConfig) -
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_file_scale_is_multiplied_by_the_window_within_its_bounds() {
+        let saved = LossScalerState {
+            scale: 1024.0,
+            growth_tracker: 7,
+        };
+        let config = crate::LossScalerConfig::default();
+        let carried = scale_of_an_older_file(saved, 4, &config);
+        assert_eq!(
+            carried,
+            LossScalerState {
+                scale: 4096.0,
+                growth_tracker: 7
+            }
+        );
+        assert_eq!(scale_of_an_older_file(saved, 1, &config), saved);
+        let capped = crate::LossScalerConfig {
+            max_scale: Some(2048.0),
+            ..config
+        };
+        assert_eq!(scale_of_an_older_file(saved, 4, &capped).scale, 2048.0);
+        let huge = LossScalerState {
+            scale: f32::MAX,
+            growth_tracker: 0,
+        };
+        assert_eq!(scale_of_an_older_file(huge, 4, &config), huge);
+    }
 }

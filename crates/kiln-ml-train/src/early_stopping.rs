@@ -274,12 +274,15 @@ mod tests {
         assert_ne!(key("a", Mode::Min), key("a", Mode::Max));
         assert_ne!(key("a", Mode::Min), key("b", Mode::Min));
         let mut stopping = EarlyStopping::new("m", Mode::Min);
-        let bad = serde_json::json!({"best": "x", "epochs_without_improvement": 1});
+        stops_into(&mut stopping, &[1.0, 2.0]);
+        let bad = serde_json::json!({"best": "x", "epochs_without_improvement": 3});
         assert!(stopping.load_state(&bad).unwrap_err().contains("`best`"));
-        let bad = serde_json::json!({"best": null});
+        let bad = serde_json::json!({"best": "0.5"});
         let error = stopping.load_state(&bad).unwrap_err();
         assert!(error.contains("epochs_without_improvement"), "{error}");
-        assert_eq!(stopping.best(), None, "a refused state changes nothing");
+        // A refused state changes nothing.
+        assert_eq!(stopping.best(), Some(1.0));
+        assert_eq!(stopping.epochs_without_improvement(), 1);
     }
 
     #[test]

@@ -81,6 +81,7 @@ where
     {
         let mut reached_max_steps = false;
         let mut stopped_early = None;
+        let mut diverged = false;
         let steps_before_fit = self.counters.optimizer_steps;
         self.callback_states.hand_out(&mut self.callbacks)?;
         while self.epoch < self.config.num_epochs {
@@ -136,6 +137,7 @@ where
                 self.checkpoint_epoch_end_if_due(summary.steps)?;
             }
             if decision.stop || decision.diverged {
+                diverged = decision.diverged;
                 stopped_early = Some(epoch);
                 break;
             }
@@ -144,9 +146,10 @@ where
         reached_max_steps |= self.max_steps_reached();
         // A run that trained up to `max_steps` ends with its state on disk, whatever the
         // schedule (as Lightning's checkpoint callback saves when training stops), unless that
-        // step's checkpoint is already there.
+        // step's checkpoint is already there, or the run diverged on it.
         let step = self.counters.optimizer_steps;
         if reached_max_steps
+            && !diverged
             && step > steps_before_fit
             && self.last_scheduled_checkpoint != Some(step)
         {

@@ -116,8 +116,10 @@ pub struct LossScalerState {
     pub growth_tracker: u32,
 }
 
-/// The f16 loss scale: multiply the loss by [`scale`](Self::scale) before backward, divide
-/// the gradients by it after, and report each optimizer step with [`update`](Self::update).
+/// The f16 loss scale: multiply the loss by [`scale`](Self::scale) before backward (the
+/// trainer multiplies each micro-batch's loss by the scale over the accumulation window, as
+/// PyTorch's `scaler.scale(loss / K)`), divide the gradients by as much after, and report each
+/// optimizer step with [`update`](Self::update).
 ///
 /// It follows PyTorch's `GradScaler.update` exactly (`_amp_update_scale_` kernel): a step
 /// with inf/NaN gradients multiplies the scale by `backoff_factor` and resets the tracker; a
@@ -143,7 +145,7 @@ pub struct DynamicLossScaler {
 }
 
 impl DynamicLossScaler {
-    /// The scale to multiply the loss by.
+    /// The scale to multiply the loss by (the trainer divides it by the accumulation window).
     pub fn scale(&self) -> f32 {
         self.state.scale
     }

@@ -95,7 +95,8 @@ fn f16_overflow_skips_and_backs_off<B: AutodiffBackend>(device: B::Device) {
 /// Under accumulation each micro-batch's loss is multiplied by the scale over the window size
 /// K before its backward pass, as PyTorch's `scaler.scale(loss / K)`, so the scale settles where
 /// PyTorch's does: a window of K copies of a batch overflows f16 at K times the scale a single
-/// batch overflows at (powers of two: the backward values are the same bits).
+/// batch overflows at (powers of two: the backward values are the same bits). The step
+/// unscales by as much: its gradient norm is f32's.
 fn f16_scales_each_micro_batch_by_the_scale_over_the_window<B: AutodiffBackend>(device: B::Device) {
     const K: u32 = 4;
     let batch = common::batches::<B>(1, 8, 4, &device).remove(0);
@@ -103,11 +104,12 @@ fn f16_scales_each_micro_batch_by_the_scale_over_the_window<B: AutodiffBackend>(
         inputs: batch.inputs.mul_scalar(100.0),
         targets: batch.targets,
     };
-    // Whether the first window, `k` copies of the batch, is applied at `scale`.
-    let applied = |scale: f32, k: u32| {
+    // The report of the first window, `k` copies of the batch, at `scale`.
+    let first_window = |precision: Precision, scale: f32, k: u32| {
         let config = TrainerConfig::new()
-            .with_precision(Precision::F16Mixed)
+            .with_precision(precision)
             .with_accumulation_steps(k)
+            .with_track_grad_norm(true)
             .with_loss_scaler(LossScalerConfig {
                 init_scale: scale,
                 ..LossScalerConfig::default()
@@ -124,8 +126,12 @@ fn f16_scales_each_micro_batch_by_the_scale_over_the_window<B: AutodiffBackend>(
             .filter_map(|_| trainer.train_batch(batch.clone()).unwrap().step)
             .collect();
         assert_eq!(reports.len(), 1, "one window");
-        assert_eq!(reports[0].loss_scale, Some(f64::from(scale)));
-        reports[0].outcome == StepOutcome::Applied
+        reports[0]
+    };
+    let applied = |scale: f32, k: u32| {
+        let report = first_window(Precision::F16Mixed, scale, k);
+        assert_eq!(report.loss_scale, Some(f64::from(scale)));
+        report.outcome == StepOutcome::Applied
     };
     let largest = (0..40)
         .map(|power| 2f32.powi(power))
@@ -136,6 +142,14 @@ fn f16_scales_each_micro_batch_by_the_scale_over_the_window<B: AutodiffBackend>(
     let window = K as f32;
     assert!(applied(largest * window, K));
     assert!(!applied(largest * 2.0 * window, K));
+
+    let f16 = first_window(Precision::F16Mixed, largest * window, K);
+    let f32 = first_window(Precision::F32, 1.0, K);
+    let (f16, f32) = (f16.grad_norm.unwrap(), f32.grad_norm.unwrap());
+    assert!(
+        (f16 - f32).abs() <= 0.01 * f32,
+        "gradient norm {f16} in f16 against {f32} in f32"
+    );
 }
 
 /// The lazy-parameter trap: a freshly built (lazily initialized) model trained in mixed

@@ -75,35 +75,37 @@ fn early_stopping_stops_writes_its_checkpoint_and_returns_the_summary() {
 
 #[test]
 fn a_nan_metric_stops_at_once_and_keeps_the_last_good_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    // A checkpoint at every epoch's end, only the newest kept: the diverged epoch writes none,
-    // so epoch 1's survives the prune.
-    let checkpoints = CheckpointConfig::new(dir.path()).with_keep_last(1);
-    let config = TrainerConfig::new()
-        .with_num_epochs(10)
-        .with_checkpoint(Some(checkpoints));
-    let (summary, recorder) = fit_logging(
-        config,
-        &[1.0, 0.5, f64::NAN, 0.4, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1],
-        EarlyStopping::new("valid/score", Mode::Min).with_patience(5),
-    );
-    let summary = summary.unwrap();
-    assert_eq!(summary.stopped_early, Some(2));
-    let written = list_checkpoints(dir.path()).unwrap();
-    assert_eq!(written.len(), 1, "{written:?}");
-    assert!(
-        written[0].ends_with("step-000000000006.kiln"),
-        "epoch 1 ends at step 6: {written:?}"
-    );
-    let saved: Vec<u64> = recorder
-        .events()
-        .iter()
-        .filter_map(|event| match event {
-            Event::CheckpointSaved { step, .. } => Some(*step),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(saved, [3, 6]);
+    // Epoch 2 diverges; its last step, 9, is also `max_steps` in the second run, whose end
+    // would otherwise write that step's checkpoint.
+    for max_steps in [None, Some(9)] {
+        let dir = tempfile::tempdir().unwrap();
+        // A checkpoint at every epoch's end, only the newest kept: the diverged epoch writes
+        // none, so epoch 1's survives the prune.
+        let checkpoints = CheckpointConfig::new(dir.path()).with_keep_last(1);
+        let config = TrainerConfig::new()
+            .with_num_epochs(10)
+            .with_max_steps(max_steps)
+            .with_checkpoint(Some(checkpoints));
+        let (summary, recorder) = fit_logging(
+            config,
+            &[1.0, 0.5, f64::NAN, 0.4, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1],
+            EarlyStopping::new("valid/score", Mode::Min).with_patience(5),
+        );
+        let summary = summary.unwrap();
+        assert_eq!(summary.stopped_early, Some(2));
+        assert_eq!(summary.counters.optimizer_steps, 9);
+        let written = list_checkpoints(dir.path()).unwrap();
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert!(
+            written[0].ends_with("step-000000000006.kiln"),
+            "epoch 1 ends at step 6: {written:?}"
+        );
+        assert_eq!(
+            common::saved_checkpoint_steps(&recorder),
+            [3, 6],
+            "{max_steps:?}"
+        );
+    }
 }
 
 #[test]
@@ -219,6 +221,7 @@ fn resume_logging(
         |position| common::plain(data.clone(), position),
         |trainer, epoch| {
             trainer.log_metric("valid/score", scores[epoch.epoch as usize]);
+            trainer.log_metric("valid/other", scores[epoch.epoch as usize]);
             Ok(())
         },
     )
@@ -239,15 +242,15 @@ fn a_resumed_run_stops_early_where_the_whole_run_did() {
         let resumed = resume_logging(dir.path(), SCORES, stopping(), add_first).unwrap();
         assert_eq!(resumed.stopped_early, Some(3), "added first: {add_first}");
     }
-    // Without the saved count a fresh callback takes epoch 3's 0.55 as its best and goes on
-    // to the end: the state is what makes the difference. The callback of another monitor
-    // finds no state of its own (the saved one is dropped with a warning).
+    // A callback on another monitor finds no state of its own (the saved one is dropped with
+    // a warning): fresh, it takes epoch 3's 0.55 as its best, improves at epoch 5 and stops
+    // at epoch 7. Given the saved state, it would stop at 3.
     let dir = tempfile::tempdir().unwrap();
     let (summary, _) = fit_logging(checkpointed(dir.path(), 3), SCORES, stopping());
     summary.unwrap();
-    let other = EarlyStopping::new("valid/score", Mode::Max).with_patience(100);
+    let other = EarlyStopping::new("valid/other", Mode::Min).with_patience(2);
     let resumed = resume_logging(dir.path(), SCORES, other, true).unwrap();
-    assert_eq!(resumed.stopped_early, None);
+    assert_eq!(resumed.stopped_early, Some(7));
 }
 
 #[test]
