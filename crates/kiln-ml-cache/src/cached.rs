@@ -20,9 +20,10 @@ use crate::{Error, Result};
 /// transforms every sample, encodes them with the codec ([`BincodeCodec`] by default) and writes
 /// the segment atomically. The key of a block's segment is the inner layout's fingerprint, the
 /// block, the transform's and the codec's fingerprints and the format version, so a changed
-/// file, projection, decoder or transform never serves stale data. The codec's fingerprint
-/// names the sample type but cannot see its fields: when you change the output type's fields,
-/// bump the transform's version too. A segment that fails verification is reported, removed and
+/// file, projection, decoder or transform never serves stale data. [`BincodeCodec`]'s
+/// fingerprint holds the sample type's serde layout, so a type whose fields change misses too;
+/// a type serde cannot trace and [`PodCodec`](crate::PodCodec)'s element types count by name
+/// alone: when you change one of those, bump the transform's version. A segment that fails verification is reported, removed and
 /// rebuilt, never served. A segment that cannot be written while serving a read (a full disk, a
 /// directory that went away) does not stop the read: its samples are served without being
 /// written to disk (the RAM tier, if any, keeps them), and the failure is counted ([`CacheStats::failed_writes`](crate::CacheStats::failed_writes)) with

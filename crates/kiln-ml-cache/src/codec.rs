@@ -56,13 +56,22 @@ const BINCODE: bincode::config::Configuration<
 > = bincode::config::standard().with_fixed_int_encoding();
 
 impl<T: Serialize + DeserializeOwned> Codec<T> for BincodeCodec {
+    /// The codec, the sample type's name and its serde layout (every field's name and type,
+    /// nested types included, traced once per type and process): a type whose fields change
+    /// under the same name misses instead of decoding bytes of its old layout. A type serde
+    /// cannot trace (a custom `Deserialize` that refuses made-up values) counts by its name
+    /// alone.
     fn fingerprint(&self) -> Fingerprint {
-        // "kiln-data" (both codecs) predates kiln-cache (now kiln-ml-cache); changing it would orphan every cache.
-        Fingerprint::builder()
+        // "kiln-data" (both codecs) predates kiln-cache (now kiln-ml-cache).
+        let builder = Fingerprint::builder()
             .str("kiln-data codec")
             .str("bincode-2-fixint-le")
-            .str(std::any::type_name::<T>())
-            .finish()
+            .str(std::any::type_name::<T>());
+        match crate::serde_layout::of::<T>() {
+            Some(layout) => builder.str("serde layout").fingerprint(layout),
+            None => builder.str("untraced"),
+        }
+        .finish()
     }
 
     fn encode(&self, item: &T, out: &mut Vec<u8>) -> Result<(), CodecError> {

@@ -99,6 +99,7 @@ mod disk;
 mod error;
 mod ram;
 mod segment;
+mod serde_layout;
 mod stats;
 #[cfg(test)]
 mod test_support;

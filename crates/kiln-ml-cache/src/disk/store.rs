@@ -19,7 +19,8 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 /// A directory of cache segments, one file per (layout, block, transform, codec) key.
 ///
 /// - **Atomic writes**: a segment is written to a hidden temporary file in the same directory
-///   and renamed into place, so a crash leaves either the whole segment or none. Segments'
+///   and renamed into place, so a process crash leaves either the whole segment or none (the
+///   file is not synced: after a power loss a short segment fails verification and is rebuilt). Segments'
 ///   temporary files older than an hour are removed when the cache is opened, and so are segments of older
 ///   format versions (their names say it), which this build can never read. Segments of newer
 ///   versions are left alone and not counted: builds of two kiln versions may share a
@@ -40,7 +41,9 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 /// - **Size limit**: with [`with_limit_bytes`](Self::with_limit_bytes), the least recently used
 ///   segments are removed after a write that exceeds the limit. Recency is what this process
 ///   saw, and across runs the modification time, which a disk hit sets to now (best effort)
-///   when there is a limit. The segment just written is always kept.
+///   when there is a limit. The segment just written is always kept. The count is per process
+///   (the segments listed at open, and those written or read since): two processes writing
+///   into one directory at once may together exceed the limit.
 #[derive(Debug)]
 pub struct DiskCache {
     pub(super) dir: PathBuf,

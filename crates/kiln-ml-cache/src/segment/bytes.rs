@@ -16,8 +16,11 @@ pub(crate) enum SegmentBytes {
 
 impl SegmentBytes {
     /// Takes `bytes` as they are when they start 8-byte aligned (every common allocator aligns
-    /// buffers this large to at least 16), and copies them into aligned words otherwise.
-    pub(crate) fn owned(bytes: Vec<u8>) -> Self {
+    /// buffers this large to at least 16), and copies them into aligned words otherwise. Spare
+    /// capacity is released first (a buffer grown by doubling may hold twice its length), so
+    /// the RAM tier's byte count is what the heap holds.
+    pub(crate) fn owned(mut bytes: Vec<u8>) -> Self {
+        bytes.shrink_to_fit();
         if bytes.as_ptr().cast::<u64>().is_aligned() {
             Self::Owned(bytes)
         } else {
@@ -72,6 +75,19 @@ mod tests {
         for candidate in [SegmentBytes::owned(bytes), realigned] {
             let segment = Segment::verify(candidate, &key(3)).unwrap();
             assert_eq!(segment.pod_record::<u32>(0), Some(&[1u32, 2][..]));
+        }
+    }
+
+    #[test]
+    fn owned_bytes_hold_no_spare_capacity() {
+        // As a segment builder leaves them: a buffer grown past its length.
+        let mut bytes = Vec::with_capacity(4096);
+        bytes.extend_from_slice(&build(&[b"sample"]));
+        let len = bytes.len();
+        match SegmentBytes::owned(bytes) {
+            SegmentBytes::Owned(kept) => assert!(kept.capacity() < 2 * len, "{}", kept.capacity()),
+            SegmentBytes::Realigned { words, .. } => assert_eq!(words.capacity(), len.div_ceil(8)),
+            SegmentBytes::Mapped(_) => unreachable!("heap bytes"),
         }
     }
 }
