@@ -78,6 +78,7 @@
 
 mod block_shuffle;
 mod order;
+mod permutation;
 pub mod quality;
 mod random;
 mod rng;

@@ -158,13 +158,8 @@ impl Sharding {
         layout: &dyn BlockLayout,
         request: &PlanRequest,
     ) -> Result<Plan> {
-        let samples = global.len() as u64;
-        if samples != layout.num_samples() {
-            return Err(Error::InvalidConfig(format!(
-                "the global order has {samples} samples but the layout has {}: shard the full order",
-                layout.num_samples()
-            )));
-        }
+        let samples = layout.num_samples();
+        crate::permutation::check_order(&global, samples, "sharding")?;
         let world = request.shard.world();
         let batches = self.batches_per_rank(samples, world)?;
         let global_batch = self.global_batch(world)?;
@@ -172,8 +167,19 @@ impl Sharding {
             RemainderPolicy::Drop => global.truncate((batches * global_batch) as usize),
             RemainderPolicy::Pad => {
                 let pad = batches * global_batch - samples;
-                // Exactly, or growing the full-size order would double its capacity.
-                global.reserve_exact(pad as usize);
+                // Exactly, or growing the full-size order would double its capacity. A batch far
+                // larger than the data asks for more than memory holds: an error, not an abort.
+                usize::try_from(pad)
+                    .ok()
+                    .and_then(|pad| global.try_reserve_exact(pad).ok())
+                    .ok_or_else(|| {
+                        Error::InvalidConfig(format!(
+                            "padding {samples} samples to a whole global batch of {global_batch} \
+                             (batch_size {} x world {world}) needs {pad} repeats, more than \
+                             memory holds: lower batch_size",
+                            self.batch_size
+                        ))
+                    })?;
                 let repeats = pad_samples(&global, global_batch, pad, request.seed, request.epoch);
                 global.extend(repeats);
             }
@@ -422,6 +428,28 @@ mod tests {
         assert!(
             matches!(overflow, Err(Error::InvalidConfig(message)) if message.contains("overflows"))
         );
+        // Padding 10 samples to a batch of 2^60 would take 8 EiB: refused, not an abort.
+        let huge = Sharding::new(1 << 60, RemainderPolicy::Pad)
+            .plan((0..10).collect(), &layout(10), &request(0, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(huge.contains("more than memory holds"), "{huge}");
+    }
+
+    #[test]
+    fn a_global_order_that_is_not_a_permutation_is_refused() {
+        let sharding = Sharding::new(2, RemainderPolicy::Drop);
+        for (order, expected) in [
+            (vec![0, 1, 2], "has 3 samples but the layout has 4"),
+            (vec![0, 1, 1, 3], "sample 1 twice (positions 1 and 2)"),
+            (vec![0, 1, 2, 9], "sample 9 at position 3"),
+        ] {
+            let error = sharding
+                .plan(order, &layout(4), &request(0, 1))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{error}");
+        }
     }
 
     #[test]

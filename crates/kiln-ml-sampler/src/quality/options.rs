@@ -81,8 +81,8 @@ impl QualityOptions {
         }
     }
 
-    /// Checks the options against an order of `positions` samples.
-    pub(crate) fn validate(&self, positions: usize) -> Result<()> {
+    /// Checks the options against an order of `positions` samples over a layout of `samples`.
+    pub(crate) fn validate(&self, positions: usize, samples: u64) -> Result<()> {
         let invalid = |message: String| Err(Error::InvalidConfig(format!("quality: {message}")));
         if self.batch_size < 2 {
             return invalid(format!(
@@ -93,6 +93,15 @@ impl QualityOptions {
         if positions < self.batch_size {
             return invalid(format!(
                 "the order has {positions} samples, fewer than one batch of {}",
+                self.batch_size
+            ));
+        }
+        // A padded plan can hold more positions than the layout has samples; the ideal batch
+        // is drawn without replacement from the layout.
+        if samples < self.batch_size as u64 {
+            return invalid(format!(
+                "the layout has {samples} samples, fewer than one batch of {}: a batch of \
+                 distinct samples, the ideal the figures compare with, cannot be drawn",
                 self.batch_size
             ));
         }
@@ -118,16 +127,22 @@ mod tests {
 
     #[test]
     fn validation_names_the_bad_field() {
-        let check = |options: QualityOptions| options.validate(1000).unwrap_err().to_string();
+        let check = |options: QualityOptions| options.validate(1000, 1000).unwrap_err().to_string();
         assert!(check(QualityOptions::new(1)).contains("batch_size"));
         assert!(check(QualityOptions::new(8).with_window_batches(0)).contains("window_batches"));
         assert!(check(QualityOptions::new(8).with_lags(vec![1, 0])).contains("lags[1]"));
         assert!(check(QualityOptions::new(8).with_monte_carlo(1, 0)).contains("monte_carlo"));
         let short = QualityOptions::new(64)
-            .validate(10)
+            .validate(10, 10)
             .unwrap_err()
             .to_string();
         assert!(short.contains("10 samples"), "{short}");
-        assert!(QualityOptions::new(8).validate(8).is_ok());
+        // A padded order longer than the layout: the layout decides.
+        let padded = QualityOptions::new(64)
+            .validate(128, 10)
+            .unwrap_err()
+            .to_string();
+        assert!(padded.contains("layout has 10 samples"), "{padded}");
+        assert!(QualityOptions::new(8).validate(8, 8).is_ok());
     }
 }

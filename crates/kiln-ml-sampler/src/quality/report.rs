@@ -90,7 +90,7 @@ pub fn measure(
     order: &[SampleId],
     options: &QualityOptions,
 ) -> Result<QualityReport> {
-    options.validate(order.len())?;
+    options.validate(order.len(), layout.num_samples())?;
     let (groups, sizes) = groups_of_order(layout, order, options.grouping)?;
     Ok(measure_groups(order, &groups, &sizes, options))
 }
@@ -164,7 +164,7 @@ pub fn measure_plan(
     options: &QualityOptions,
 ) -> Result<QualityReport> {
     let order = plan.order();
-    options.validate(order.len())?;
+    options.validate(order.len(), layout.num_samples())?;
     // One pass over the order finds each position's file, for both sets of figures.
     let (groups, group_sizes) = groups_of_order(layout, order, options.grouping)?;
     let mut report = measure_groups(order, &groups, &group_sizes, options);

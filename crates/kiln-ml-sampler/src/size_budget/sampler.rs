@@ -114,13 +114,7 @@ impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
         let order = self
             .order
             .global_order(layout, request.seed, request.epoch)?;
-        if order.len() as u64 != samples {
-            return Err(Error::InvalidConfig(format!(
-                "size-budget batches: the global order has {} samples but the layout has \
-                 {samples}: the order must hold every sample once",
-                order.len()
-            )));
-        }
+        crate::permutation::check_order(&order, samples, "size-budget batches")?;
         let batches = self
             .budget
             .batches(&order, &self.sizes, request.seed, request.epoch)?;
@@ -377,6 +371,24 @@ mod tests {
         }
     }
 
+    /// An order of the right length that holds sample 0 twice and misses sample 1.
+    struct RepeatsTheFirst;
+
+    impl crate::GlobalOrder for RepeatsTheFirst {
+        fn global_order(
+            &self,
+            layout: &dyn BlockLayout,
+            _seed: u64,
+            _epoch: u64,
+        ) -> Result<Vec<kiln_ml_core::SampleId>> {
+            Ok([0]
+                .into_iter()
+                .chain(0..layout.num_samples())
+                .filter(|&id| id != 1)
+                .collect())
+        }
+    }
+
     #[test]
     fn an_order_that_misses_samples_is_refused() {
         let layout = layout(1, 6);
@@ -390,9 +402,18 @@ mod tests {
             SizeBudgetSampler::new(AllButLast, budget, sizes, RemainderPolicy::Uneven).unwrap();
         let error = sampler.plan(&layout, &request(0, 0, 0, 1)).unwrap_err();
         assert!(
+            error.to_string().contains("must hold every sample once"),
+            "{error}"
+        );
+        let sizes = vec![1; layout.num_samples() as usize];
+        let sampler =
+            SizeBudgetSampler::new(RepeatsTheFirst, budget, sizes, RemainderPolicy::Uneven)
+                .unwrap();
+        let error = sampler.plan(&layout, &request(0, 0, 0, 1)).unwrap_err();
+        assert!(
             error
                 .to_string()
-                .contains("the order must hold every sample once"),
+                .contains("sample 0 twice (positions 0 and 1)"),
             "{error}"
         );
     }
