@@ -150,6 +150,8 @@ proptest! {
         batch_size in 1u64..9,
         workers in 1usize..5,
         prefetch in 1usize..4,
+        // 0 to 2 blocks read ahead: the datasets have up to 16, so the limit binds.
+        read_ahead in 0usize..3,
         drop_last in any::<bool>(),
     ) {
         let files: Vec<&[u64]> = files.iter().map(Vec::as_slice).collect();
@@ -161,6 +163,7 @@ proptest! {
         let config = LoaderConfig::new()
             .with_workers(workers)
             .with_prefetch_batches(prefetch)
+            .with_read_ahead_blocks(read_ahead)
             .with_drop_last(drop_last);
         let loader = ids_loader(source, config);
         let batches: Vec<Vec<u64>> = loader.epoch(plan).unwrap().collect::<Result<_, _>>().unwrap();
@@ -1052,6 +1055,35 @@ fn chained_epochs_match_separate_ones() {
         }
     }
     assert_eq!(chained, separate);
+}
+
+/// A plan announced on its own names no stream: the next epoch reports no data key (it used
+/// to report the current one, which a plan of another seed or sampler would have made wrong).
+/// Planned through the loader, it reports its own stream's key.
+#[test]
+fn a_next_epoch_reports_the_key_of_the_stream_that_planned_it() {
+    let loader = ids_loader(MemorySource::with_ids(&[&[10]]), LoaderConfig::new());
+    let sampler = InOrderSampler::new(4);
+    let (first, other_seed) = (PlanRequest::new(0, 0), PlanRequest::new(7, 1));
+    let mut epoch = loader.plan_epoch(&sampler, &first).unwrap();
+    assert_eq!(epoch.data_key(), Some(loader.data_key(&sampler, &first)));
+    let plan = sampler.plan(loader.source().as_ref(), &other_seed).unwrap();
+    epoch.prefetch_next(plan);
+    epoch.by_ref().for_each(drop);
+    let next = epoch.into_next().unwrap().unwrap();
+    assert_eq!(next.data_key(), None);
+
+    let mut epoch = loader.plan_epoch(&sampler, &first).unwrap();
+    loader.plan_next(&mut epoch, &sampler, &other_seed).unwrap();
+    epoch.by_ref().for_each(drop);
+    let next = epoch.into_next().unwrap().unwrap();
+    let key = loader.data_key(&sampler, &other_seed);
+    assert_eq!(next.data_key(), Some(key));
+    assert_ne!(
+        Some(key),
+        Some(loader.data_key(&sampler, &first)),
+        "seeds differ"
+    );
 }
 
 #[test]

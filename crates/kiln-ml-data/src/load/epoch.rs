@@ -44,6 +44,8 @@ pub struct Epoch<'loader, O> {
     reads_dispatched: Arc<AtomicBool>,
     launcher: Arc<dyn Launch<O>>,
     next: Next<'loader, O>,
+    /// The stream the announced next plan belongs to, when the announcement named it.
+    next_key: Option<Fingerprint>,
     loader: PhantomData<&'loader ()>,
 }
 
@@ -75,6 +77,7 @@ impl<'loader, O> Epoch<'loader, O> {
             reads_dispatched: parts.reads_dispatched,
             launcher: parts.launcher,
             next: Next::Nothing,
+            next_key: None,
             loader: PhantomData,
         }
     }
@@ -93,8 +96,25 @@ impl<'loader, O> Epoch<'loader, O> {
     /// Whether it has started is checked here and each time this epoch delivers a batch; see
     /// [`next_started`](Self::next_started). Announcing again replaces the announced epoch, and
     /// drops it if it had started.
+    ///
+    /// The plan alone does not say which stream (data, sampler, seed) it belongs to, so the next
+    /// epoch reports no [`data_key`](Self::data_key): announce it with
+    /// [`Loader::plan_next`](crate::Loader::plan_next) (or
+    /// [`prefetch_next_keyed`](Self::prefetch_next_keyed)) for a resume point that is checked.
     pub fn prefetch_next(&mut self, plan: Plan) {
+        self.announce(plan, None);
+    }
+
+    /// [`prefetch_next`](Self::prefetch_next) for a plan of the stream `data_key` names
+    /// ([`Loader::data_key`](crate::Loader::data_key) of the sampler and request that made it):
+    /// the next epoch reports it, and its resume points are checked against it.
+    pub fn prefetch_next_keyed(&mut self, plan: Plan, data_key: Fingerprint) {
+        self.announce(plan, Some(data_key));
+    }
+
+    fn announce(&mut self, plan: Plan, data_key: Option<Fingerprint>) {
         self.next = Next::Planned(plan);
+        self.next_key = data_key;
         self.start_next_if_ready();
     }
 
@@ -108,8 +128,8 @@ impl<'loader, O> Epoch<'loader, O> {
     /// The next epoch announced with [`prefetch_next`](Self::prefetch_next) (started now if it
     /// had not started yet); `None` when none was announced. Drops what is left of this epoch.
     pub fn into_next(mut self) -> Option<Result<Epoch<'loader, O>>> {
-        // The next epoch continues the same stream (same data, seed and sampler).
-        let data_key = self.data_key;
+        // The stream the announcement named, if any: the plan alone cannot tell.
+        let data_key = self.next_key;
         let next = match std::mem::replace(&mut self.next, Next::Nothing) {
             Next::Nothing => None,
             Next::Planned(plan) => Some(

@@ -139,6 +139,21 @@ where
             .with_data_key(self.data_key(sampler, request)))
     }
 
+    /// Plans the epoch of `request` with `sampler` and announces it to `current` as its next
+    /// epoch ([`Epoch::prefetch_next`]), with the stream's [`data_key`](Self::data_key), so
+    /// the next epoch's resume points are checked as those of [`plan_epoch`](Self::plan_epoch)
+    /// are.
+    pub fn plan_next(
+        &self,
+        current: &mut Epoch<'_, C::Output>,
+        sampler: &(impl Sampler + ?Sized),
+        request: &PlanRequest,
+    ) -> Result<()> {
+        let plan = sampler.plan(self.source().as_ref(), request)?;
+        current.prefetch_next_keyed(plan, self.data_key(sampler, request));
+        Ok(())
+    }
+
     /// Plans an epoch and continues it from a saved position: delivers exactly the batches an
     /// uninterrupted run would still have delivered.
     ///

@@ -178,7 +178,8 @@ impl ParquetFile {
             .iter()
             .filter_map(|&leaf| group.columns().get(leaf))
             .map(|chunk| chunk.uncompressed_size().max(0) as u64)
-            .sum();
+            // Saturating: the sizes are the footer's claims, and a wild one must not wrap.
+            .fold(0u64, u64::saturating_add);
         Some(bytes)
     }
 

@@ -257,3 +257,33 @@ fn a_same_size_rewrite_that_keeps_the_modification_time_is_noticed() {
 fn with_rows(group: RowGroupMetaData, rows: i64) -> RowGroupMetaData {
     group.into_builder().set_num_rows(rows).build().unwrap()
 }
+
+/// Column chunks claiming sizes near `i64::MAX` (the footer's word, not checked against the
+/// file): three of them sum past `u64::MAX`, and the row group's size saturates instead of
+/// wrapping (a panic in debug builds, a small size and the deepest prefetch in release); the
+/// rows still read.
+#[test]
+fn column_chunk_sizes_near_the_maximum_saturate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge_sizes.parquet");
+    let ids = Int64Array::from_iter_values(0..600);
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(ids.clone()) as _),
+        ("a", Arc::new(ids.clone()) as _),
+        ("b", Arc::new(ids) as _),
+    ])
+    .unwrap();
+    write_single_pages(&path, &batch, 200, Compression::SNAPPY);
+    for column in 0..3 {
+        edit_column_chunk(&path, 1, column, |chunk| {
+            chunk.set_total_uncompressed_size(i64::MAX)
+        });
+    }
+    let source = ParquetSource::builder()
+        .file(&path)
+        .build_with(id_decoder())
+        .unwrap();
+    assert_eq!(source.block_bytes(1), Some(u64::MAX));
+    assert!(source.block_bytes(0).unwrap() < 1 << 20);
+    assert_eq!(read_all(&source), (0..600).collect::<Vec<i64>>());
+}
