@@ -54,6 +54,15 @@ pub trait GlobalOrder: Send + Sync {
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         None
     }
+
+    /// Whether [`global_order`](Self::global_order) returns a permutation of the layout's
+    /// samples by construction, so the samplers need not check it. The default, `false`, has
+    /// every order checked (one pass over it: [`Sharded`](crate::Sharded) and the size-budget
+    /// sampler refuse an order that misses, repeats or invents a sample, naming it); kiln's
+    /// own orders, permutations by construction and tested as such, skip that pass.
+    fn is_permutation(&self) -> bool {
+        false
+    }
 }
 
 /// Forwards [`GlobalOrder`] through a pointer to an order: `&T`, `Box<T>`, `Arc<T>`.
@@ -71,6 +80,10 @@ macro_rules! forward_global_order {
 
             fn settings_fingerprint(&self) -> Option<Fingerprint> {
                 (**self).settings_fingerprint()
+            }
+
+            fn is_permutation(&self) -> bool {
+                (**self).is_permutation()
             }
         }
     )*};

@@ -8,8 +8,8 @@ use kiln_ml_core::{Error, Result, SampleId};
 /// One sequential pass compares the sums of the ids, their squares and their cubes (wrapping)
 /// with those of `0..samples`, which any order with a repeat (and so a missing sample) changes
 /// unless it is built to match three power sums at once; only then, to name the repeat, a
-/// bitset pass. A correct order costs one sequential read (0.14-0.21 s per 100M samples, 3-4%
-/// of planning a block shuffle), about half what the bitset's scattered writes take.
+/// bitset pass. A correct order costs one sequential read, which the bitset's scattered writes
+/// would about double (docs/performance.md, "Plan building"); kiln's own orders skip it.
 pub(crate) fn check_order(order: &[SampleId], samples: u64, what: &str) -> Result<()> {
     if order.len() as u64 != samples {
         return Err(Error::InvalidConfig(format!(

@@ -58,4 +58,8 @@ impl GlobalOrder for RandomOrder {
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         Some(Fingerprint::of_bytes(b"kiln-sampler random order v1"))
     }
+
+    fn is_permutation(&self) -> bool {
+        true
+    }
 }

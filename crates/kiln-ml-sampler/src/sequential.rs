@@ -45,4 +45,8 @@ impl GlobalOrder for SequentialOrder {
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         Some(Fingerprint::of_bytes(b"kiln-sampler sequential order v1"))
     }
+
+    fn is_permutation(&self) -> bool {
+        true
+    }
 }

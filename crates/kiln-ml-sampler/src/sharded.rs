@@ -64,7 +64,11 @@ impl<O: GlobalOrder> Sampler for Sharded<O> {
         let order = self
             .order
             .global_order(layout, request.seed, request.epoch)?;
-        self.sharding.plan(order, layout, request)
+        if self.order.is_permutation() {
+            self.sharding.plan_permutation(order, layout, request)
+        } else {
+            self.sharding.plan(order, layout, request)
+        }
     }
 
     /// The order's settings (when it reports them) and the batch size and remainder policy.
@@ -190,5 +194,45 @@ mod tests {
             sampler(8).stream_fingerprint(&request(1)),
             sampler(8).settings_fingerprint()
         );
+    }
+
+    /// An order of your own that repeats sample 0 and misses sample 1.
+    struct Repeats;
+
+    impl GlobalOrder for Repeats {
+        fn global_order(
+            &self,
+            layout: &dyn BlockLayout,
+            _: u64,
+            _: u64,
+        ) -> Result<Vec<kiln_ml_core::SampleId>> {
+            Ok([0]
+                .into_iter()
+                .chain(2..layout.num_samples())
+                .chain([0])
+                .collect())
+        }
+    }
+
+    #[test]
+    fn orders_of_your_own_are_checked_and_kilns_skip_the_pass() {
+        let mut builder = Layout::builder();
+        builder.add_file(Fingerprint::of_bytes(b"a"), &[6]);
+        let layout = builder.build().unwrap();
+        let sharding = Sharding::new(2, RemainderPolicy::Drop);
+        let error = Sharded::wrap(Repeats, sharding)
+            .plan(&layout, &PlanRequest::new(0, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("sample 0 twice (positions 0 and 5)"),
+            "{error}"
+        );
+        let boxed: Box<dyn GlobalOrder> = Box::new(Repeats);
+        assert!(!boxed.is_permutation());
+        assert!(Arc::new(RandomOrder).is_permutation());
+        assert!(crate::SequentialOrder.is_permutation());
+        let block_shuffle = BlockShuffleConfig::default().init().unwrap();
+        assert!(block_shuffle.order().is_permutation());
     }
 }

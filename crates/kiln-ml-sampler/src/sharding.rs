@@ -152,14 +152,36 @@ impl Sharding {
     /// every rank); the remainder policy is applied to it here. [`Sharded`](crate::Sharded) calls
     /// this after [`check`](Self::check): implement [`GlobalOrder`](crate::GlobalOrder) and wrap
     /// it to shard an order of your own the way kiln's samplers do.
+    ///
+    /// The order is checked to hold every sample of `layout` once (one pass over it); an order
+    /// that misses, repeats or invents a sample is refused, naming it.
     pub fn plan(
+        &self,
+        global: Vec<SampleId>,
+        layout: &dyn BlockLayout,
+        request: &PlanRequest,
+    ) -> Result<Plan> {
+        crate::permutation::check_order(&global, layout.num_samples(), "sharding")?;
+        self.plan_permutation(global, layout, request)
+    }
+
+    /// [`plan`](Self::plan) for an order known to be a permutation of the layout's samples
+    /// ([`GlobalOrder::is_permutation`](crate::GlobalOrder::is_permutation)): only its length
+    /// is checked.
+    pub(crate) fn plan_permutation(
         &self,
         mut global: Vec<SampleId>,
         layout: &dyn BlockLayout,
         request: &PlanRequest,
     ) -> Result<Plan> {
         let samples = layout.num_samples();
-        crate::permutation::check_order(&global, samples, "sharding")?;
+        if global.len() as u64 != samples {
+            return Err(Error::InvalidConfig(format!(
+                "the global order has {} samples but the layout has {samples}: shard the full \
+                 order",
+                global.len()
+            )));
+        }
         let world = request.shard.world();
         let batches = self.batches_per_rank(samples, world)?;
         let global_batch = self.global_batch(world)?;

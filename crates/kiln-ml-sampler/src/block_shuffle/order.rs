@@ -91,6 +91,11 @@ impl GlobalOrder for BlockShuffleOrder {
         Ok(order)
     }
 
+    /// Over a layout whose blocks tile its samples, which the samplers check first.
+    fn is_permutation(&self) -> bool {
+        true
+    }
+
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
         Some(
             Fingerprint::builder()

@@ -114,7 +114,17 @@ impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
         let order = self
             .order
             .global_order(layout, request.seed, request.epoch)?;
-        crate::permutation::check_order(&order, samples, "size-budget batches")?;
+        if self.order.is_permutation() {
+            if order.len() as u64 != samples {
+                return Err(Error::InvalidConfig(format!(
+                    "size-budget batches: the global order has {} samples but the layout has \
+                     {samples}",
+                    order.len()
+                )));
+            }
+        } else {
+            crate::permutation::check_order(&order, samples, "size-budget batches")?;
+        }
         let batches = self
             .budget
             .batches(&order, &self.sizes, request.seed, request.epoch)?;
