@@ -44,8 +44,9 @@
 //! println!("{}", report.table()); // Action | Mean duration (s) | Num calls | Total time (s) | Percentage %
 //! ```
 //!
-//! kiln-ml-profile depends on kiln-ml-core only (and on Burn's CubeCL runtime with the `wgpu` or
-//! `cuda` feature, for the memory pool); the trainer and the loader meet it through events and
+//! kiln-ml-profile depends on kiln-ml-core and kiln-ml-device (the doctor's Vulkan adapters)
+//! only (and on Burn's CubeCL runtime with the `wgpu` or `cuda` feature, for the memory pool);
+//! the trainer and the loader meet it through events and
 //! closures, so it profiles any training loop that emits kiln's events.
 
 mod batch_size;

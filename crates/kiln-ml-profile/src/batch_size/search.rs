@@ -124,12 +124,13 @@ impl Search {
         if fits {
             return Next::Done(Some(size));
         }
-        let next = (size as f64 * self.shrink_factor).floor() as usize;
-        if next == 0 || next >= size {
-            Next::Done(None)
-        } else {
-            Next::Try(next)
+        if size <= 1 {
+            return Next::Done(None);
         }
+        // Size 1 is always tried before giving up: a small factor (0.3 from 3 gives 0) would
+        // otherwise stop above sizes that fit.
+        let next = (size as f64 * self.shrink_factor).floor() as usize;
+        Next::Try(next.clamp(1, size - 1))
     }
 }
 
@@ -146,7 +147,18 @@ mod tests {
         cap: usize,
         limit: usize,
     ) -> (Option<usize>, Vec<usize>) {
-        let mut search = Search::new(mode, cap, 25, 0.9);
+        run_shrinking(mode, start, cap, limit, 0.9)
+    }
+
+    /// [`run`] with a shrink factor of `factor`.
+    fn run_shrinking(
+        mode: FinderMode,
+        start: usize,
+        cap: usize,
+        limit: usize,
+        factor: f64,
+    ) -> (Option<usize>, Vec<usize>) {
+        let mut search = Search::new(mode, cap, 25, factor);
         let mut size = search.first(start);
         let mut tried = Vec::new();
         loop {
@@ -198,6 +210,11 @@ mod tests {
             (Some(128), vec![128])
         );
         assert_eq!(run(FinderMode::Shrink, 2, 8192, 0), (None, vec![2, 1]));
+        // A small factor still reaches size 1 (0.3 x 3 rounds to 0).
+        assert_eq!(
+            run_shrinking(FinderMode::Shrink, 128, 8192, 2, 0.3),
+            (Some(1), vec![128, 38, 11, 3, 1])
+        );
     }
 
     proptest! {

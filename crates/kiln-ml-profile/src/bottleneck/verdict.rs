@@ -131,17 +131,23 @@ pub fn decide_bottleneck(
     let idle = |utilization: Option<f64>| {
         utilization.map(|percent| percent < thresholds.idle_utilization_percent)
     };
+    // Each run's figure on its own: the data-wait rule reads the real run's alone.
+    let percent = |utilization: Option<f64>| match utilization {
+        Some(percent) => format!("{percent:.0}%"),
+        None => "unknown (no NVML samples in the run)".to_owned(),
+    };
     match (real.gpu_utilization_percent, cached.gpu_utilization_percent) {
-        (Some(real_util), Some(cached_util)) => evidence.push(format!(
-            "device utilization: {real_util:.0}% with the loader, {cached_util:.0}% on the cached \
-             batch (idle below {:.0}%)",
-            thresholds.idle_utilization_percent
-        )),
-        _ => evidence.push(
+        (None, None) => evidence.push(
             "device utilization unknown for these runs (no NVML samples in them): host overhead \
              cannot be told from compute"
                 .to_owned(),
         ),
+        (real_util, cached_util) => evidence.push(format!(
+            "device utilization: {} with the loader, {} on the cached batch (idle below {:.0}%)",
+            percent(real_util),
+            percent(cached_util),
+            thresholds.idle_utilization_percent
+        )),
     }
     // The share of the real run's time lost against the cached pace, and whether waiting for
     // data accounts for enough of it (a cached run that made no progress decides nothing).
@@ -240,6 +246,20 @@ mod tests {
         let compute = decide_bottleneck(run(10.0, 0.0, None), run(9.9, 0.01, None), t);
         assert_eq!(compute.verdict, Verdict::ComputeBound);
         assert!(compute.evidence.iter().any(|line| line.contains("unknown")));
+        // The cached run too short for a sample: the real run's 30% still decides, and the
+        // evidence shows it.
+        let short = decide_bottleneck(run(10.0, 0.0, None), run(9.0, 0.3, Some(30.0)), t);
+        assert_eq!(short.verdict, Verdict::InputBound);
+        let line = short
+            .evidence
+            .iter()
+            .find(|line| line.starts_with("device utilization"))
+            .unwrap();
+        assert!(line.contains("30% with the loader"), "{line}");
+        assert!(
+            line.contains("unknown (no NVML samples in the run) on the cached"),
+            "{line}"
+        );
     }
 
     #[test]

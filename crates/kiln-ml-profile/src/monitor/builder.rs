@@ -10,12 +10,14 @@ use crate::{Clock, Error, MemoryProbe, Result};
 
 /// Settings of a [`DeviceMonitor`], from [`DeviceMonitor::builder`].
 ///
-/// Defaults: a sample every 200 ms; the GPU that is CUDA device 0 in this process; the host's
-/// CPU and RAM; no memory probe.
+/// Defaults: a sample every 200 ms, at most 65,536 kept (3.6 hours at that rate; a longer run
+/// is thinned evenly); the GPU that is CUDA device 0 in this process; the host's CPU and RAM;
+/// no memory probe.
 #[derive(Clone)]
 pub struct DeviceMonitorBuilder {
     clock: Clock,
     interval: Duration,
+    max_samples: usize,
     nvml: bool,
     gpu: GpuChoice,
     host: bool,
@@ -37,11 +39,14 @@ impl DeviceMonitorBuilder {
     pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
     /// The default interval.
     pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
+    /// The default number of samples kept: a few megabytes.
+    pub const DEFAULT_MAX_SAMPLES: usize = 65_536;
 
     pub(crate) fn new(clock: Clock) -> Self {
         Self {
             clock,
             interval: Self::DEFAULT_INTERVAL,
+            max_samples: Self::DEFAULT_MAX_SAMPLES,
             nvml: true,
             gpu: GpuChoice::Cuda(0),
             host: true,
@@ -52,6 +57,15 @@ impl DeviceMonitorBuilder {
     /// Time between samples, from 10 ms to 60 s (checked by [`start`](Self::start)).
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
+        self
+    }
+
+    /// The most samples kept in memory, at least 2 (default 65,536). When a run's samples fill
+    /// it, every other one is dropped and from then on every second sample taken is kept, so
+    /// the samples still span the whole run at an even interval
+    /// ([`DeviceMonitor::kept_every`]); memory stays bounded however long the run.
+    pub fn max_samples(mut self, max_samples: usize) -> Self {
+        self.max_samples = max_samples;
         self
     }
 
@@ -112,9 +126,16 @@ impl DeviceMonitorBuilder {
                 ),
             });
         }
+        if self.max_samples < 2 {
+            return Err(Error::InvalidSetting {
+                setting: "device monitor max_samples",
+                message: format!("{} is below 2", self.max_samples),
+            });
+        }
         DeviceMonitor::spawn(SamplerConfig {
             clock: self.clock,
             interval: self.interval,
+            max_samples: self.max_samples,
             gpu: self.nvml.then_some(self.gpu),
             host: self.host,
             probe: self.probe,
@@ -126,6 +147,7 @@ impl std::fmt::Debug for DeviceMonitorBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceMonitorBuilder")
             .field("interval", &self.interval)
+            .field("max_samples", &self.max_samples)
             .field("nvml", &self.nvml)
             .field("gpu", &self.gpu)
             .field("host", &self.host)

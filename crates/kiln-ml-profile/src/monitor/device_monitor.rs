@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+use super::sample_log::SampleLog;
 use super::sampler::{self, SamplerConfig};
 use super::{DeviceSample, MonitorRecord, SourceStatus};
 use crate::{Clock, Error, Result};
@@ -35,7 +36,7 @@ pub const MONITOR_THREAD_NAME: &str = "kiln-device-monitor";
 ///
 /// Dropping the monitor stops its thread too (and discards the samples).
 pub struct DeviceMonitor {
-    samples: Arc<Mutex<Vec<DeviceSample>>>,
+    samples: Arc<Mutex<SampleLog>>,
     sources: Vec<SourceStatus>,
     clock: Clock,
     interval: Duration,
@@ -45,7 +46,7 @@ pub struct DeviceMonitor {
 
 impl DeviceMonitor {
     pub(crate) fn spawn(config: SamplerConfig) -> Result<Self> {
-        let samples = Arc::new(Mutex::new(Vec::new()));
+        let samples = Arc::new(Mutex::new(SampleLog::new(config.max_samples)));
         let (stop, stopped) = crossbeam_channel::bounded(1);
         let (ready, started) = crossbeam_channel::bounded(1);
         let clock = config.clock;
@@ -97,30 +98,39 @@ impl DeviceMonitor {
         self.interval
     }
 
-    /// A copy of the samples taken so far, oldest first.
+    /// A copy of the samples kept so far, oldest first (a long run's are thinned: see
+    /// [`kept_every`](Self::kept_every)).
     pub fn samples_so_far(&self) -> Vec<DeviceSample> {
-        self.lock().clone()
+        self.lock().samples().to_vec()
     }
 
-    /// How many samples have been taken.
+    /// How many samples are kept (at most the builder's
+    /// [`max_samples`](crate::DeviceMonitorBuilder::max_samples)).
     pub fn sample_count(&self) -> usize {
-        self.lock().len()
+        self.lock().samples().len()
     }
 
-    /// The newest sample.
+    /// One sample in how many taken is kept: 1 until the run's samples first filled
+    /// `max_samples`, then doubling each time they fill again, so the kept samples span the
+    /// whole run at an even, coarser interval (`interval × kept_every`).
+    pub fn kept_every(&self) -> u64 {
+        self.lock().kept_every()
+    }
+
+    /// The newest kept sample.
     pub fn latest(&self) -> Option<DeviceSample> {
-        self.lock().last().cloned()
+        self.lock().samples().last().cloned()
     }
 
     /// Stops the thread (waiting for a sample in progress) and returns everything it read,
     /// with each source's final state.
     pub fn stop(mut self) -> MonitorRecord {
         let sources = self.join().unwrap_or_else(|| self.sources.clone());
-        let samples = std::mem::take(&mut *self.lock());
+        let samples = self.lock().take();
         MonitorRecord { samples, sources }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<DeviceSample>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SampleLog> {
         self.samples.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

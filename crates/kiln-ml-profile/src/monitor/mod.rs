@@ -13,6 +13,7 @@ mod pool;
 mod read_failures;
 mod record;
 mod sample;
+mod sample_log;
 mod sampler;
 mod summary;
 mod visible_devices;

@@ -7,6 +7,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::host::HostSource;
 use super::nvml::{self, GpuChoice, NvmlSource};
+use super::sample_log::SampleLog;
 use super::{DeviceSample, SourceStatus};
 use crate::{Clock, MemoryProbe};
 
@@ -14,6 +15,8 @@ use crate::{Clock, MemoryProbe};
 pub(crate) struct SamplerConfig {
     pub(crate) clock: Clock,
     pub(crate) interval: Duration,
+    /// The most samples kept (a longer run is thinned evenly).
+    pub(crate) max_samples: usize,
     /// The GPU NVML is read for, or `None` for no NVML.
     pub(crate) gpu: Option<GpuChoice>,
     pub(crate) host: bool,
@@ -136,7 +139,7 @@ impl Sources {
 /// sample ran late are skipped) until `stop` is dropped. Returns the sources' final states.
 pub(crate) fn run(
     config: SamplerConfig,
-    samples: Arc<Mutex<Vec<DeviceSample>>>,
+    samples: Arc<Mutex<SampleLog>>,
     stop: Receiver<()>,
     ready: Sender<Vec<SourceStatus>>,
 ) -> Vec<SourceStatus> {
@@ -191,6 +194,7 @@ mod tests {
         let config = SamplerConfig {
             clock: Clock::start(),
             interval: Duration::from_millis(20),
+            max_samples: 100,
             gpu: None,
             host: true,
             probe: Some(Arc::new(Flaky)),
@@ -234,6 +238,7 @@ mod tests {
         let config = SamplerConfig {
             clock: Clock::start(),
             interval: Duration::from_millis(20),
+            max_samples: 100,
             gpu: None,
             host: false,
             probe: Some(Arc::new(FailsFirst {

@@ -13,8 +13,10 @@ type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
 /// An [`Observer`] that keeps a [`Throughput`] window: one update per optimizer step (an
 /// accumulation window counts once), micro-batches from the trainer's backward phases, samples
 /// from `fit`'s `BatchReady` events (a hand-written loop over `train_batch` emits none: feed a
-/// [`Throughput`] yourself there), FLOPs from a closure or a per-sample count, and validation
-/// time left out of the elapsed time (Lightning #21291). It asks for no device sync
+/// [`Throughput`] yourself there), FLOPs from a closure or a per-sample count, and the time of
+/// validation (Lightning #21291) and of checkpoint saves (between steps, in none) left out of
+/// the elapsed time. A step whose FLOP count is not a finite number at least 0 is an error
+/// ([`error`](Self::error)) and counts no FLOPs; the steps after it count theirs. It asks for no device sync
 /// ([`Timing::Host`]): the time read after a step is the host's, ahead of the device by at most
 /// the work the trainer lets it queue (`max_queued_steps`: 2 steps by default, unbounded with
 /// 0), a few steps' worth over the meter's window, and exact at every step another observer
@@ -128,13 +130,24 @@ impl Observer for ThroughputMeter {
                 phase: Phase::Validation,
                 elapsed,
                 ..
-            } => state.excluded += *elapsed,
+            }
+            | Event::CheckpointSaved { elapsed, .. } => state.excluded += *elapsed,
             Event::Step(_) => {
                 state.steps += 1;
                 let step_samples = state.samples - state.samples_at_last_step;
                 state.samples_at_last_step = state.samples;
                 if let Some(flops) = &self.step_flops {
-                    state.flops += flops(step_samples);
+                    let step_flops = flops(step_samples);
+                    if step_flops.is_finite() && step_flops >= 0.0 {
+                        state.flops += step_flops;
+                    } else if state.error.is_none() {
+                        // Added, it would leave the running total invalid for good.
+                        state.error = Some(format!(
+                            "the FLOP count of optimizer step {} ({step_samples} samples) is \
+                             {step_flops}: counted as 0",
+                            state.steps
+                        ));
+                    }
                 }
                 let sample = ThroughputSample {
                     elapsed: self.clock.now().saturating_sub(state.excluded),
@@ -156,5 +169,92 @@ impl Observer for ThroughputMeter {
 
     fn timing(&self, _step: u64) -> Timing {
         Timing::Host
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_ml_core::{StepOutcome, StepReport};
+
+    use super::*;
+
+    fn meter(clock: Clock) -> ThroughputMeter {
+        ThroughputMeter::new(clock, Throughput::new().report_before_full(true))
+    }
+
+    /// A batch of 8 samples.
+    fn batch(batch: u64) -> Event {
+        Event::BatchReady {
+            epoch: 0,
+            batch,
+            samples: 8,
+            wait: Duration::ZERO,
+        }
+    }
+
+    /// The end of optimizer step `step`.
+    fn step_end(step: u64) -> Event {
+        Event::Step(StepReport {
+            step,
+            outcome: StepOutcome::Applied,
+            loss: None,
+            loss_scale: None,
+            grad_norm: None,
+            learning_rate: 0.1,
+        })
+    }
+
+    /// One optimizer step of 8 samples.
+    fn step(meter: &ThroughputMeter, step: u64) {
+        meter.on_event(&batch(step - 1));
+        meter.on_event(&step_end(step));
+    }
+
+    #[test]
+    fn checkpoint_saves_are_left_out_of_the_elapsed_time() {
+        // Two meters on one clock see the same steps; one also hears of the save that took
+        // the 20 ms between steps 2 and 3, and leaves its 10 ms out.
+        let clock = Clock::start();
+        let (told, untold) = (meter(clock), meter(clock));
+        for number in 1..=4 {
+            if number == 3 {
+                std::thread::sleep(Duration::from_millis(20));
+                told.on_event(&Event::CheckpointSaved {
+                    path: "step-2.kiln".into(),
+                    step: 2,
+                    elapsed: Duration::from_millis(10),
+                });
+            }
+            step(&told, number);
+            step(&untold, number);
+        }
+        let (told, untold) = (told.report().unwrap(), untold.report().unwrap());
+        assert!(
+            told.window_seconds < untold.window_seconds - 0.005,
+            "{} s against {} s",
+            told.window_seconds,
+            untold.window_seconds
+        );
+    }
+
+    #[test]
+    fn a_bad_flop_count_is_an_error_and_later_steps_count_theirs() {
+        let meter = meter(Clock::start())
+            .with_step_flops(|samples| if samples == 8 { f64::NAN } else { 1e6 });
+        step(&meter, 1);
+        // Later steps train 16 samples each: counted.
+        for number in 2..=4 {
+            meter.on_event(&batch(2 * number));
+            meter.on_event(&batch(2 * number + 1));
+            meter.on_event(&step_end(number));
+        }
+        let error = meter.error().expect("the NaN is reported");
+        assert!(
+            error.contains("optimizer step 1") && error.contains("NaN"),
+            "{error}"
+        );
+        let report = meter.report().expect("the window goes on");
+        assert_eq!(report.window_steps, 3);
+        assert!(report.flops_per_s.is_some_and(|flops| flops > 0.0));
     }
 }

@@ -91,6 +91,33 @@ fn intervals_out_of_range_are_refused() {
     }
 }
 
+#[test]
+fn a_long_run_keeps_at_most_max_samples_spread_over_all_of_it() {
+    let monitor = DeviceMonitor::builder(Clock::start())
+        .interval(Duration::from_millis(10))
+        .nvml(false)
+        .max_samples(4)
+        .start()
+        .unwrap();
+    // 4 kept in 16 taken or more: the log filled and was thinned twice.
+    wait_until(&monitor, |monitor| monitor.kept_every() >= 4);
+    let record = monitor.stop();
+    assert!(record.samples.len() <= 4, "{}", record.samples.len());
+    assert!(
+        record
+            .samples
+            .windows(2)
+            .all(|pair| pair[0].at < pair[1].at)
+    );
+    let refused = DeviceMonitor::builder(Clock::start())
+        .max_samples(1)
+        .start();
+    assert!(
+        matches!(refused, Err(Error::InvalidSetting { setting, .. }) if setting.contains("max_samples")),
+        "{refused:?}"
+    );
+}
+
 /// A probe whose figure the test sets.
 #[derive(Default)]
 struct Settable(AtomicU64);
