@@ -283,6 +283,7 @@ where
         // What this trainer wrote belongs to the trajectory it leaves: a later step of the
         // loaded one is written again, not taken as already on disk.
         self.last_scheduled_checkpoint = None;
+        self.resumed_from_step = Some(self.counters.optimizer_steps);
         // Mid-epoch or not, this trainer's observers have not heard the epoch start: the next
         // batch announces it (loggers and the profiler tag what follows by it).
         self.epoch_started = false;

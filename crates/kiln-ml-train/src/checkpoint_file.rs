@@ -226,6 +226,32 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
     let (ours, later): (Vec<_>, Vec<_>) = checkpoints_by_step(directory)?
         .into_iter()
         .partition(|(step, _)| *step <= written);
+    let set_aside = set_aside(later, written)?;
+    let excess = ours.len().saturating_sub(keep);
+    for (_, path) in &ours[..excess] {
+        std::fs::remove_file(path).map_err(|source| Error::CheckpointIo {
+            path: path.clone(),
+            action: "remove old checkpoint",
+            source,
+        })?;
+    }
+    Ok(set_aside)
+}
+
+/// Sets aside the checkpoints in `directory` of steps after `loaded`, the step a run resumed
+/// from, before that run writes its first checkpoint: one of the same step as an abandoned
+/// file would otherwise replace it rather than leave it set aside.
+pub(crate) fn set_aside_after(directory: &Path, loaded: u64) -> Result<Vec<PathBuf>> {
+    let later = checkpoints_by_step(directory)?
+        .into_iter()
+        .filter(|(step, _)| *step > loaded)
+        .collect();
+    set_aside(later, loaded)
+}
+
+/// Renames each of `later` (checkpoints of steps after `step`) `….kiln.abandoned`, with a
+/// warning.
+fn set_aside(later: Vec<(u64, PathBuf)>, step: u64) -> Result<Vec<PathBuf>> {
     let mut set_aside = Vec::with_capacity(later.len());
     for (_, path) in later {
         let abandoned = free_name(&path, ".abandoned");
@@ -235,20 +261,12 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
             source,
         })?;
         log::warn!(
-            "{} is from a later step than this run's checkpoint of step {written} (a trajectory \
-             it abandoned by resuming from an earlier one): renamed {}",
+            "{} is from a later step than this run's checkpoint of step {step} (a trajectory it \
+             abandoned by resuming from an earlier one): renamed {}",
             path.display(),
             abandoned.display()
         );
         set_aside.push(abandoned);
-    }
-    let excess = ours.len().saturating_sub(keep);
-    for (_, path) in &ours[..excess] {
-        std::fs::remove_file(path).map_err(|source| Error::CheckpointIo {
-            path: path.clone(),
-            action: "remove old checkpoint",
-            source,
-        })?;
     }
     Ok(set_aside)
 }

@@ -371,6 +371,11 @@ where
         let keep = checkpoint.keep_last as usize;
         let step = self.counters.optimizer_steps;
         let path = directory.join(crate::checkpoint_file::file_name(step));
+        // A rolled-back run sets the abandoned trajectory's files aside before it writes, so
+        // its first file does not replace one of theirs of the same step.
+        if let Some(loaded) = self.resumed_from_step.take() {
+            crate::checkpoint_file::set_aside_after(&directory, loaded)?;
+        }
         self.save_checkpoint(&path)?;
         self.last_scheduled_checkpoint = Some(step);
         crate::checkpoint_file::prune(&directory, keep, step).map(drop)

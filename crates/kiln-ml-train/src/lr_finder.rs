@@ -150,8 +150,7 @@ impl LrFinder {
             suggestion: None,
             diverged: false,
         };
-        let mut average = 0.0;
-        let mut best = f64::INFINITY;
+        let mut smoother = Smoother::new(self.smoothing, self.divergence);
         let mut skips_in_a_row = 0;
         for (index, batch) in batches.into_iter().enumerate() {
             let batch = batch.map_err(|error| Error::Data {
@@ -172,17 +171,11 @@ impl LrFinder {
                 continue;
             }
             skips_in_a_row = 0;
-            let step = finding.losses.len();
-            average = self.smoothing * average + (1.0 - self.smoothing) * loss;
-            let smoothed = average / (1.0 - self.smoothing.powi(step as i32 + 1));
+            let (smoothed, diverged) = smoother.push(loss);
             finding.learning_rates.push(report.learning_rate);
             finding.losses.push(loss);
             finding.smoothed.push(smoothed);
-            if smoothed < best || step == 1 {
-                best = smoothed;
-            }
-            let diverged = step > 1 && self.divergence > 0.0 && smoothed > self.divergence * best;
-            if diverged || !smoothed.is_finite() {
+            if diverged {
                 finding.diverged = true;
                 break;
             }
@@ -193,6 +186,41 @@ impl LrFinder {
         finding.suggestion = steepest_descent(&finding.smoothed, self.skip_begin, self.skip_end)
             .map(|index| finding.learning_rates[index]);
         Ok(finding)
+    }
+}
+
+/// The smoothed loss of the sweep and its divergence rule: an exponential moving average
+/// debiased by `1 - smoothing^n` at the n-th point (fastai's `SmoothenValue`), and a stop when a
+/// smoothed loss from the second point on exceeds `divergence` times the best before it
+/// (Lightning's `early_stop_threshold`, checked from its second point) or is not finite.
+struct Smoother {
+    smoothing: f64,
+    divergence: f64,
+    average: f64,
+    best: f64,
+    points: i32,
+}
+
+impl Smoother {
+    fn new(smoothing: f64, divergence: f64) -> Self {
+        Self {
+            smoothing,
+            divergence,
+            average: 0.0,
+            best: f64::INFINITY,
+            points: 0,
+        }
+    }
+
+    /// Adds a loss; returns its smoothed value and whether the sweep diverged there.
+    fn push(&mut self, loss: f64) -> (f64, bool) {
+        self.points += 1;
+        self.average = self.smoothing * self.average + (1.0 - self.smoothing) * loss;
+        let smoothed = self.average / (1.0 - self.smoothing.powi(self.points));
+        let diverged = !smoothed.is_finite()
+            || (self.points > 1 && self.divergence > 0.0 && smoothed > self.divergence * self.best);
+        self.best = self.best.min(smoothed);
+        (smoothed, diverged)
     }
 }
 
@@ -265,6 +293,23 @@ impl LrScheduler for ExponentialSweep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn divergence_is_checked_from_the_second_point_against_the_best_before() {
+        // Smoothed 1.0, then 5.55 > 4 x 1.0: Lightning stops at its second point. (kiln took the
+        // second point as its best and went on into the divergent range.)
+        let mut smoother = Smoother::new(0.98, 4.0);
+        assert_eq!(smoother.push(1.0), (1.0, false));
+        let (smoothed, diverged) = smoother.push(10.0);
+        assert!((smoothed - 0.2196 / 0.0396).abs() < 1e-9, "{smoothed}");
+        assert!(diverged);
+        // A falling loss never diverges; divergence 0 turns the rule off; NaN always stops.
+        let mut falling = Smoother::new(0.98, 4.0);
+        assert!((0..50).all(|point| !falling.push(10.0 - point as f64 * 0.1).1));
+        let mut off = Smoother::new(0.98, 0.0);
+        assert!(!off.push(1.0).1 && !off.push(1000.0).1);
+        assert!(Smoother::new(0.98, 4.0).push(f64::NAN).1);
+    }
 
     #[test]
     fn the_sweep_runs_from_min_to_max_exponentially() {

@@ -60,6 +60,9 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     pub(crate) epoch_started: bool,
     /// The optimizer step of the last checkpoint `fit` wrote into the configured directory.
     pub(crate) last_scheduled_checkpoint: Option<u64>,
+    /// The step of the checkpoint loaded, until `fit` first writes into the configured
+    /// directory (which sets aside that directory's later checkpoints first).
+    pub(crate) resumed_from_step: Option<u64>,
     pub(crate) last_loss: Option<LastLoss<B>>,
     /// Optimizer steps queued since the host last waited for the device, with the reads that
     /// tell when each ended.
@@ -152,6 +155,7 @@ where
             check_data_key: false,
             epoch_started: false,
             last_scheduled_checkpoint: None,
+            resumed_from_step: None,
             last_loss: None,
             run_ahead: RunAhead::new(),
             cast_plan,

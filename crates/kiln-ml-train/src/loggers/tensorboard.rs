@@ -148,10 +148,15 @@ impl Observer for TensorBoardLogger {
             .state
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        for row in state.rows.on_event(event) {
+        let rows = state.rows.on_event(event);
+        // As the CSV logger: an epoch's metrics reach the file as soon as their row is
+        // complete (at the next event: the epoch's checkpoint, or the next epoch's start), not
+        // at the next epoch's end.
+        let metrics_logged = rows.iter().any(|row| !row.values.contains_key("train/lr"));
+        for row in rows {
             state.append(&row, &self.path);
         }
-        if matches!(event, Event::EpochEnd { .. }) {
+        if metrics_logged || matches!(event, Event::EpochEnd { .. }) {
             state.flush(&self.path);
         }
     }

@@ -86,6 +86,45 @@ fn a_run_logs_its_loss_every_n_steps_and_its_metrics_every_epoch() {
     );
 }
 
+/// An epoch's metrics reach the TensorBoard file once their row is complete (here at the
+/// epoch's checkpoint), not at the next epoch's end: read while the next epoch opens.
+#[test]
+fn tensorboard_has_an_epochs_metrics_before_the_next_epoch_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TrainerConfig::new()
+        .with_num_epochs(2)
+        .with_checkpoint(Some(kiln_ml_train::CheckpointConfig::new(
+            dir.path().join("checkpoints"),
+        )));
+    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
+    let tensorboard = Arc::new(TensorBoardLogger::create(dir.path(), 100).unwrap());
+    trainer.add_observer(Arc::clone(&tensorboard));
+    let data = common::batches::<B>(4, 8, 5, &Default::default());
+    let path = tensorboard.path().to_path_buf();
+    let seen_at_epoch_1 = std::cell::RefCell::new(None);
+    trainer
+        .fit_with(
+            |position| {
+                if position.epoch == 1 {
+                    let scores: Vec<f32> = read_scalars(&path)
+                        .unwrap()
+                        .into_iter()
+                        .filter(|scalar| scalar.tag == "valid/score")
+                        .map(|scalar| scalar.value)
+                        .collect();
+                    *seen_at_epoch_1.borrow_mut() = Some(scores);
+                }
+                common::plain(data.clone(), position)
+            },
+            |trainer, epoch| {
+                trainer.log_metric("valid/score", 10.0 + epoch.epoch as f64);
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(seen_at_epoch_1.into_inner(), Some(vec![10.0]));
+}
+
 /// A run that fails before any file write keeps the rows its loggers had: they write them when
 /// dropped.
 #[test]

@@ -444,7 +444,8 @@ fn max_steps_on_an_epochs_last_batch_still_ends_the_epoch() {
 }
 
 /// A trainer rolled back with `load_checkpoint` writes its next trajectory's checkpoints, even
-/// at a step it wrote before the rollback.
+/// at a step it wrote before the rollback, after setting the abandoned trajectory's file of
+/// that step aside (it used to replace it).
 #[test]
 fn a_rolled_back_trainer_writes_the_steps_it_wrote_before() {
     type B = burn::backend::Autodiff<burn::backend::Flex>;
@@ -458,6 +459,7 @@ fn a_rolled_back_trainer_writes_the_steps_it_wrote_before() {
         .with_max_steps(Some(4));
     let mut run = trainer::<B>(&device, stopping, 1);
     run.fit(|p| epoch_data(&batches, p)).unwrap();
+    let abandoned_step_4 = std::fs::read(dir.path().join("step-000000000004.kiln")).unwrap();
     run.load_checkpoint(&dir.path().join("step-000000000003.kiln"))
         .unwrap();
     let recorder = common::recorder();
@@ -469,6 +471,12 @@ fn a_rolled_back_trainer_writes_the_steps_it_wrote_before() {
             .iter()
             .any(|event| matches!(event, Event::CheckpointSaved { step: 4, .. })),
         "step 4 of the new trajectory is saved"
+    );
+    let set_aside = dir.path().join("step-000000000004.kiln.abandoned");
+    assert_eq!(std::fs::read(set_aside).unwrap(), abandoned_step_4);
+    assert_ne!(
+        std::fs::read(dir.path().join("step-000000000004.kiln")).unwrap(),
+        abandoned_step_4
     );
 }
 
