@@ -177,9 +177,10 @@ pub enum Error {
     #[error(transparent)]
     Cache(kiln_ml_cache::Error),
     /// A resume point was saved on another stream: other files (added, removed or rewritten),
-    /// another seed or other sampler settings. Its position would repeat or skip samples here.
+    /// another seed, other sampler settings, or a kiln release that changed the sampler's plans
+    /// (its settings fingerprint carries a version). Its position would repeat or skip samples here.
     #[error(
-        "cannot resume: the saved position counts in another data stream (data key {saved}, now {current}): the files, the seed or the sampler settings changed since it was saved; resume with `Loader::resume_epoch` to continue anyway"
+        "cannot resume: the saved position counts in another data stream (data key {saved}, now {current}): the files, the seed or the sampler settings changed since it was saved, or a kiln release plans them differently; resume with `Loader::resume_epoch` to continue anyway"
     )]
     DataChanged {
         /// The data key saved with the position.

@@ -1,9 +1,10 @@
-//! Plan building: 900K samples (the 660-file case) and 100M samples, per sampler; and placing
-//! every sample of a 900K plan in its block (`BlockFinder::place`, what a loader does for each
-//! batch), in order and block-shuffled.
+//! Plan building: 900K samples (the 660-file case) and 100M samples, per sampler; the block
+//! shuffle over a lopsided layout (one block as large as all the others together) beside a
+//! balanced one of the same size; and placing every sample of a 900K plan in its block
+//! (`BlockFinder::place`, what a loader does for each batch), in order and block-shuffled.
 //!
-//! Run: `cargo bench -p kiln-ml-sampler --bench plan_build` (add `-- 900k`, `-- 100m` or
-//! `-- place` to pick a group). Before the timings, each case prints its plan's heap bytes per sample and the
+//! Run: `cargo bench -p kiln-ml-sampler --bench plan_build` (add `-- 900k`, `-- 100m`,
+//! `-- lopsided` or `-- place` to pick a group). Before the timings, each case prints its plan's heap bytes per sample and the
 //! process's peak resident memory, which criterion does not report.
 
 use std::hint::black_box;
@@ -128,6 +129,52 @@ fn plan_100m(c: &mut Criterion) {
     bench_group(c, "plan_100m", 100_000_000, 10, 30);
 }
 
+/// 999 files of one 1,000-row block and one file of a single 999,000-row block: the big block
+/// is half the data, so it dwarfs every other lane of the block shuffle's interleave.
+fn lopsided_layout() -> Layout {
+    let mut builder = Layout::builder();
+    for file in 0..999u64 {
+        builder.add_file(Fingerprint::builder().u64(file).finish(), &[1_000]);
+    }
+    builder.add_file(Fingerprint::builder().u64(999).finish(), &[999_000]);
+    builder.build().expect("a valid layout")
+}
+
+/// The block shuffle (stratified, as by default, and not) over the lopsided layout and over a
+/// balanced layout of as many samples: per sample, the two should cost about the same.
+fn plan_lopsided(c: &mut Criterion) {
+    let layouts = [
+        ("balanced", layout(1_998_000)),
+        ("lopsided", lopsided_layout()),
+    ];
+    let request = PlanRequest::new(42, 0);
+    let mut group = c.benchmark_group("plan_lopsided");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(1_998_000));
+    for (layout_name, layout) in &layouts {
+        assert_eq!(layout.num_samples(), 1_998_000);
+        for stratified in [true, false] {
+            let sampler = BlockShuffleConfig::default()
+                .with_stratified(stratified)
+                .init()
+                .expect("valid");
+            let name = format!(
+                "{layout_name}/{}",
+                if stratified {
+                    "stratified"
+                } else {
+                    "shared_queue"
+                }
+            );
+            group.bench_function(name, |b| {
+                b.iter(|| black_box(sampler.plan(layout, &request).expect("plannable")))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// Every sample of a 900K plan placed in its block and row, in the plan's order: a shuffled
 /// plan's lookups jump between blocks, a sequential one's walk them.
 fn place_900k(c: &mut Criterion) {
@@ -156,5 +203,5 @@ fn place_900k(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, plan_900k, plan_100m, place_900k);
+criterion_group!(benches, plan_900k, plan_100m, plan_lopsided, place_900k);
 criterion_main!(benches);

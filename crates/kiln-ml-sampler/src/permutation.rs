@@ -2,21 +2,51 @@
 
 use kiln_ml_core::{Error, Result, SampleId};
 
+/// What is known of a global order before [`check_order`] looks at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Nothing: it may miss, repeat or invent samples.
+    None,
+    /// It holds each of its ids once ([`GlobalOrder::is_permutation`](crate::GlobalOrder::is_permutation)),
+    /// so only its length can disagree with the layout.
+    Permutation,
+}
+
+impl Claim {
+    /// The claim an order makes through [`GlobalOrder::is_permutation`](crate::GlobalOrder::is_permutation).
+    pub(crate) fn of(is_permutation: bool) -> Self {
+        if is_permutation {
+            Self::Permutation
+        } else {
+            Self::None
+        }
+    }
+}
+
 /// Fails unless `order` is a permutation of `0..samples`, naming what is wrong: the length, a
-/// sample outside the layout, or the first repeated sample and both its positions.
+/// sample outside the layout, or the first repeated sample and both its positions. An order
+/// that [claims](Claim::Permutation) to be a permutation has only its length checked.
 ///
 /// One sequential pass compares the sums of the ids, their squares and their cubes (wrapping)
 /// with those of `0..samples`, which any order with a repeat (and so a missing sample) changes
 /// unless it is built to match three power sums at once; only then, to name the repeat, a
-/// bitset pass. A correct order costs one sequential read, which the bitset's scattered writes
-/// would about double (docs/performance.md, "Plan building"); kiln's own orders skip it.
-pub(crate) fn check_order(order: &[SampleId], samples: u64, what: &str) -> Result<()> {
+/// bitset pass with its scattered writes. kiln's own orders claim to be permutations and skip
+/// the sums (docs/performance.md, "Plan building", has the cost for the others).
+pub(crate) fn check_order(
+    order: &[SampleId],
+    samples: u64,
+    what: &str,
+    claim: Claim,
+) -> Result<()> {
     if order.len() as u64 != samples {
         return Err(Error::InvalidConfig(format!(
             "{what}: the global order has {} samples but the layout has {samples}: it must hold \
              every sample once",
             order.len()
         )));
+    }
+    if claim == Claim::Permutation {
+        return Ok(());
     }
     let mut sums = PowerSums::default();
     for (at, &id) in order.iter().enumerate() {
@@ -123,23 +153,28 @@ mod tests {
 
     #[test]
     fn a_permutation_passes_and_every_flaw_is_named() {
-        check_order(&[3, 1, 0, 2], 4, "test").unwrap();
-        check_order(&[], 0, "test").unwrap();
-        let short = check_order(&[0, 1, 2], 4, "test").unwrap_err().to_string();
+        check_order(&[3, 1, 0, 2], 4, "test", Claim::None).unwrap();
+        check_order(&[], 0, "test", Claim::None).unwrap();
+        let short = check_order(&[0, 1, 2], 4, "test", Claim::None)
+            .unwrap_err()
+            .to_string();
         assert!(
             short.contains("has 3 samples but the layout has 4"),
             "{short}"
         );
-        let outside = check_order(&[0, 1, 4, 2], 4, "test")
+        let outside = check_order(&[0, 1, 4, 2], 4, "test", Claim::None)
             .unwrap_err()
             .to_string();
         assert!(outside.contains("sample 4 at position 2"), "{outside}");
-        let repeat = check_order(&[0, 2, 2, 3], 4, "test")
+        let repeat = check_order(&[0, 2, 2, 3], 4, "test", Claim::None)
             .unwrap_err()
             .to_string();
         assert!(
             repeat.contains("sample 2 twice (positions 1 and 2)"),
             "{repeat}"
         );
+        // A claimed permutation has only its length checked.
+        check_order(&[0, 2, 2, 3], 4, "test", Claim::Permutation).unwrap();
+        check_order(&[0, 1, 2], 4, "test", Claim::Permutation).unwrap_err();
     }
 }

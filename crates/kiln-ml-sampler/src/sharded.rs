@@ -3,6 +3,7 @@
 use kiln_ml_core::{BlockLayout, Fingerprint, Plan, PlanRequest, Result, Sampler};
 
 use crate::order::GlobalOrder;
+use crate::permutation::Claim;
 use crate::sharding::Sharding;
 
 /// A [`GlobalOrder`] sharded over ranks by a [`Sharding`]: the one place where kiln's samplers
@@ -64,11 +65,8 @@ impl<O: GlobalOrder> Sampler for Sharded<O> {
         let order = self
             .order
             .global_order(layout, request.seed, request.epoch)?;
-        if self.order.is_permutation() {
-            self.sharding.plan_permutation(order, layout, request)
-        } else {
-            self.sharding.plan(order, layout, request)
-        }
+        let claim = Claim::of(self.order.is_permutation());
+        self.sharding.plan_claimed(order, layout, request, claim)
     }
 
     /// The order's settings (when it reports them) and the batch size and remainder policy.

@@ -2,6 +2,7 @@
 
 use kiln_ml_core::{BlockLayout, Error, Plan, PlanRequest, Result, SampleId};
 
+use crate::permutation::{Claim, check_order};
 use crate::rng::{PlanRng, Purpose};
 
 /// What happens to the tail of the global order that does not fill a whole global batch
@@ -161,27 +162,21 @@ impl Sharding {
         layout: &dyn BlockLayout,
         request: &PlanRequest,
     ) -> Result<Plan> {
-        crate::permutation::check_order(&global, layout.num_samples(), "sharding")?;
-        self.plan_permutation(global, layout, request)
+        self.plan_claimed(global, layout, request, Claim::None)
     }
 
-    /// [`plan`](Self::plan) for an order known to be a permutation of the layout's samples
-    /// ([`GlobalOrder::is_permutation`](crate::GlobalOrder::is_permutation)): only its length
-    /// is checked.
-    pub(crate) fn plan_permutation(
+    /// [`plan`](Self::plan) for an order that makes `claim` about itself: one that claims to be
+    /// a permutation ([`GlobalOrder::is_permutation`](crate::GlobalOrder::is_permutation)) has
+    /// only its length checked.
+    pub(crate) fn plan_claimed(
         &self,
         mut global: Vec<SampleId>,
         layout: &dyn BlockLayout,
         request: &PlanRequest,
+        claim: Claim,
     ) -> Result<Plan> {
         let samples = layout.num_samples();
-        if global.len() as u64 != samples {
-            return Err(Error::InvalidConfig(format!(
-                "the global order has {} samples but the layout has {samples}: shard the full \
-                 order",
-                global.len()
-            )));
-        }
+        check_order(&global, samples, "sharding", claim)?;
         let world = request.shard.world();
         let batches = self.batches_per_rank(samples, world)?;
         let global_batch = self.global_batch(world)?;

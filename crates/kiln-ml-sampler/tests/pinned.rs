@@ -6,7 +6,9 @@
 //! that policy's stream tag (`RemainderPolicy::stream_tag`, in the settings fingerprint, so
 //! positions saved under the old stream are refused), across the board with a bump of the RNG
 //! key tag. Pad's stream changed on 2026-11-28 (repeats drawn from the epoch's last full global
-//! batch); the Drop and Uneven digests then stayed what they were.
+//! batch); the Drop and Uneven digests then stayed what they were. The block shuffle's stream
+//! changed on 2026-11-29 where its draws turn lopsided (version 2 of its settings fingerprint,
+//! for more than four open blocks; `lopsided_plans_are_pinned`); the grid's digests stayed.
 
 use kiln_ml_core::{Fingerprint, Layout, Plan, PlanRequest, Result, Sampler, Shard};
 use kiln_ml_sampler::{
@@ -74,11 +76,15 @@ fn layouts() -> Vec<Layout> {
     ]
 }
 
-/// The digest of every plan and resumed plan a sampler builds over the grid, under the
-/// remainder policies `remainders`.
-fn digest(make: &dyn Fn(Sharding) -> Box<dyn Sampler>, remainders: &[RemainderPolicy]) -> u64 {
+/// The digest of every plan and resumed plan a sampler builds over `layouts` and the grid of
+/// batch sizes, seeds, epochs and shards, under the remainder policies `remainders`.
+fn digest(
+    layouts: &[Layout],
+    make: &dyn Fn(Sharding) -> Box<dyn Sampler>,
+    remainders: &[RemainderPolicy],
+) -> u64 {
     let mut digest = Digest::new();
-    for layout in layouts() {
+    for layout in layouts {
         for batch_size in [1, 4] {
             for &remainder in remainders {
                 let sampler = make(Sharding::new(batch_size, remainder));
@@ -87,13 +93,13 @@ fn digest(make: &dyn Fn(Sharding) -> Box<dyn Sampler>, remainders: &[RemainderPo
                         for rank in 0..world {
                             let request = PlanRequest::new(seed, epoch)
                                 .with_shard(Shard::new(rank, world).unwrap());
-                            let plan = sampler.plan(&layout, &request);
+                            let plan = sampler.plan(layout, &request);
                             digest.plan(&plan);
                             let Ok(plan) = plan else { continue };
                             // Resume two local batches in, when the plan is that long.
                             let delivered = 2 * batch_size;
                             if let Ok(position) = plan.position_after(delivered) {
-                                digest.plan(&sampler.resume(&layout, &request, position));
+                                digest.plan(&sampler.resume(layout, &request, position));
                             }
                         }
                     }
@@ -153,18 +159,22 @@ fn plans_are_pinned_for_every_sampler_seed_epoch_and_shard() {
             [0x423350d7ff855d89, 0x63b4da47be577ded],
         ),
     ];
-    // Drop and Uneven, then Pad: a change to one policy's stream shows as that policy's alone.
+    assert_pinned(&layouts(), &samplers);
+}
+
+/// Asserts each sampler's pinned digests over `layouts`: Drop and Uneven, then Pad, so that a
+/// change to one policy's stream shows as that policy's alone.
+fn assert_pinned(layouts: &[Layout], samplers: &[(&str, Make, [u64; 2])]) {
     let digests: Vec<(&str, [u64; 2])> = samplers
         .iter()
         .map(|(name, make, _)| {
             let kept = digest(
+                layouts,
                 make.as_ref(),
                 &[RemainderPolicy::Drop, RemainderPolicy::Uneven],
             );
-            (
-                *name,
-                [kept, digest(make.as_ref(), &[RemainderPolicy::Pad])],
-            )
+            let padded = digest(layouts, make.as_ref(), &[RemainderPolicy::Pad]);
+            (*name, [kept, padded])
         })
         .collect();
     let pinned: Vec<(&str, [u64; 2])> = samplers
@@ -172,4 +182,65 @@ fn plans_are_pinned_for_every_sampler_seed_epoch_and_shard() {
         .map(|(name, _, pinned)| (*name, *pinned))
         .collect();
     assert_eq!(digests, pinned);
+}
+
+/// One block holding most of the data beside many small ones, and a shared queue whose last
+/// blocks drain unevenly: with more than four open lanes, the block shuffle's draws leave
+/// rejection for a Fenwick tree here, which the grid above (at most four lanes with weight at
+/// once, or even ones) never reaches. These streams are version 2 of the block shuffle's
+/// settings fingerprint (2026-11-29); version 1 drew them by rejection throughout.
+#[test]
+fn lopsided_plans_are_pinned() {
+    let lopsided = [
+        layout(&[&[5; 40], &[2000], &[3, 0, 4]]),
+        layout(&[&[40, 3], &[17; 9], &[60, 1, 25]]),
+    ];
+    let samplers: Vec<(&str, Make, [u64; 2])> = vec![
+        (
+            "block_shuffle",
+            block_shuffle(BlockShuffleConfig::new()),
+            [0xa66606946c5256e9, 0x53937ea41e1081d9],
+        ),
+        (
+            "block_shuffle_shared_k8_s4",
+            block_shuffle(
+                BlockShuffleConfig::new()
+                    .with_open_blocks(8)
+                    .with_buffer_samples(4)
+                    .with_stratified(false),
+            ),
+            [0x959cef66ec18fbd, 0xebbfb610d172e960],
+        ),
+    ];
+    assert_pinned(&lopsided, &samplers);
+}
+
+/// An even layout of 50K samples in 37 files of 600 to 2,000 rows (row groups of at most 1,024),
+/// block-shuffled through 64 lanes. Near an epoch's end a few rows remain scattered over many
+/// lanes, lopsided enough for a switch to the Fenwick tree; the block shuffle keeps rejection
+/// there, so these plans are still version 1's draws (pinned before the tree existed).
+#[test]
+fn even_plans_keep_their_draws_to_the_ragged_end() {
+    let files: Vec<Vec<u64>> = (0..37u64)
+        .map(|file| {
+            let rows = 600 + (file * 7_919) % 1_400;
+            let groups = rows.div_ceil(1_024);
+            (0..groups)
+                .map(|group| rows / groups + u64::from(group < rows % groups))
+                .collect()
+        })
+        .collect();
+    let files: Vec<&[u64]> = files.iter().map(|rows| &rows[..]).collect();
+    let even = layout(&files);
+    let sampler = BlockShuffleConfig::new()
+        .with_open_blocks(64)
+        .init()
+        .unwrap();
+    let mut digest = Digest::new();
+    for seed in 0..6 {
+        for epoch in 0..3 {
+            digest.plan(&sampler.plan(&even, &PlanRequest::new(seed, epoch)));
+        }
+    }
+    assert_eq!(digest.0, 0x9a41eb16f9993743);
 }

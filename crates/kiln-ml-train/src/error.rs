@@ -174,7 +174,7 @@ pub enum Error {
     /// The data `fit` opened after loading a checkpoint is another stream than the one the
     /// checkpoint was saved on, so its saved position would repeat or skip samples.
     #[error(
-        "checkpoint resumes in epoch {epoch}, but the data changed since it was saved (data key {saved}, now {current}): other files, seed or sampler settings; set `resume_on_changed_data` to continue anyway"
+        "checkpoint resumes in epoch {epoch}, but the data changed since it was saved (data key {saved}, now {current}): other files, seed or sampler settings, or a kiln release that plans them differently; set `resume_on_changed_data` to continue anyway"
     )]
     DataChanged {
         /// The epoch being resumed.

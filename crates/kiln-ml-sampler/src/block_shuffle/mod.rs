@@ -1,6 +1,7 @@
 //! The file-aware block shuffle: configuration, global order and the interleave behind it.
 
 mod config;
+mod fenwick;
 mod interleave;
 mod order;
 mod weights;

@@ -3,6 +3,7 @@
 use kiln_ml_core::{BlockLayout, Error, Fingerprint, Result, SampleId};
 
 use super::interleave::interleave;
+use super::weights;
 use crate::order::GlobalOrder;
 use crate::rng::{PlanRng, Purpose};
 use crate::sharded::Sharded;
@@ -97,10 +98,18 @@ impl GlobalOrder for BlockShuffleOrder {
     }
 
     fn settings_fingerprint(&self) -> Option<Fingerprint> {
+        // Version 2 draws lanes through a Fenwick tree once their weights turn lopsided, which
+        // changed those plans; with at most four open blocks it cannot happen, so their stream
+        // keeps version 1 and their saved positions stay valid.
+        let version = if weights::may_leave_rejection(self.open_blocks) {
+            2
+        } else {
+            1
+        };
         Some(
             Fingerprint::builder()
                 .str("kiln-sampler block shuffle order")
-                .u64(1)
+                .u64(version)
                 .u64(self.open_blocks as u64)
                 .u64(self.buffer_samples as u64)
                 .u64(u64::from(self.stratified))
@@ -163,6 +172,32 @@ mod tests {
     const PINNED_STRATIFIED: [SampleId; 16] =
         [13, 15, 12, 14, 4, 5, 7, 6, 9, 0, 1, 8, 2, 11, 10, 3];
     const PINNED_SHARED: [SampleId; 16] = [0, 1, 7, 2, 8, 9, 10, 11, 12, 13, 14, 15, 4, 5, 3, 6];
+
+    #[test]
+    fn the_stream_version_moves_only_where_draws_can_leave_rejection() {
+        // Fingerprints under version 1, before lopsided draws moved to a Fenwick tree: open
+        // blocks up to four keep them (their plans cannot change), more get version 2.
+        let fingerprint = |open_blocks| {
+            let config = BlockShuffleConfig::new().with_open_blocks(open_blocks);
+            let fingerprint = config
+                .init()
+                .unwrap()
+                .order()
+                .settings_fingerprint()
+                .unwrap();
+            format!("{fingerprint}")
+        };
+        for (open_blocks, version_1) in VERSION_1_FINGERPRINTS {
+            let now = fingerprint(open_blocks);
+            assert_eq!(now == version_1, open_blocks <= 4, "{open_blocks} {now}");
+        }
+    }
+    const VERSION_1_FINGERPRINTS: [(usize, &str); 4] = [
+        (1, "61f5c92cc7c7e4805a56a7b562055c05"),
+        (4, "6f12982a4c30901d710dc7f056cf5ae4"),
+        (5, "e9345ee2c6b8ea831ebcb2156b679a7f"),
+        (192, "ac314eb53c2fc203a0cee1191e703abd"),
+    ];
 
     #[test]
     fn windows_are_balanced_and_shuffled_in_place() {

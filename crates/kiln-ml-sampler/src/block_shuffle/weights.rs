@@ -1,25 +1,59 @@
-//! Weighted choice among the open lanes, by rejection against an upper bound.
+//! Weighted choice among the open lanes: by rejection against an upper bound while the weights
+//! are even, through a Fenwick tree once they turn lopsided.
 
+use super::fenwick::FenwickTree;
 use crate::rng::PlanRng;
+
+/// Expected tries per draw above which rejection gives way to the tree: at about four tries
+/// (eight random numbers, half of them followed by a mispredicted branch) rejection costs what
+/// a tree walk and update cost for the default 192 lanes (`plan_lopsided` in the plan_build
+/// bench).
+const MAX_EXPECTED_TRIES: u64 = 4;
+
+/// Rows left per lane below which draws stay with rejection however lopsided: switching pays
+/// only over many draws, and what is left then costs at most this times lanes² tries (under
+/// 2 ms for 192 lanes). It keeps the ragged end of an epoch's stratified lanes, where a few
+/// rows remain scattered over many lanes, with the draws it always had.
+const MIN_ROWS_PER_LANE: u64 = 16;
+
+/// Whether draws among `lanes` lanes can ever leave rejection: the expected tries,
+/// `active × max / total`, never exceed the number of lanes with weight.
+pub(crate) fn may_leave_rejection(lanes: usize) -> bool {
+    lanes as u64 > MAX_EXPECTED_TRIES
+}
 
 /// Integer weights, one per lane, and exact draws of a lane with probability
 /// `weight / total`.
 ///
 /// A draw picks a uniformly random lane with weight left and accepts it with probability
 /// `weight / bound`, where `bound` is at least every weight; otherwise it tries again. Lanes of
-/// the block shuffle drain at nearly the same pace, so nearly every try is accepted and a draw
-/// costs two random numbers, where a Fenwick tree walk costs a chain of dependent loads per
+/// the block shuffle mostly drain at nearly the same pace, so nearly every try is accepted and a
+/// draw costs two random numbers, where a Fenwick tree walk costs a chain of dependent loads per
 /// level. The bound is tightened to the current largest weight whenever tries start failing,
-/// which keeps the expected number of tries at most `lanes × max / total` plus a constant.
+/// which keeps the expected number of tries at `lanes × max / total` plus a constant.
+///
+/// When that expectation exceeds [`MAX_EXPECTED_TRIES`] at a tightening (one block holding a
+/// large share of the data, say), the draws switch to a [`FenwickTree`] for the rest of the
+/// interleave: O(log lanes) per draw however lopsided the weights. The switch depends only on
+/// the weights, so plans stay deterministic; the draws after it differ from rejection's.
 #[derive(Debug, Clone)]
 pub(crate) struct LaneWeights {
     weights: Vec<u64>,
     /// Lanes with weight left, in no particular order; `slot[lane]` is a lane's place in it.
     active: Vec<u32>,
     slot: Vec<u32>,
-    bound: u64,
     total: u64,
-    failed_tries: usize,
+    draw: Draw,
+}
+
+/// How [`LaneWeights::pick`] draws.
+#[derive(Debug, Clone)]
+enum Draw {
+    /// Uniform tries accepted with probability `weight / bound`; `failed_tries` counts the
+    /// rejections since the bound was last tightened.
+    Rejection { bound: u64, failed_tries: usize },
+    /// The weights turned lopsided: a walk down their Fenwick tree.
+    Tree(FenwickTree),
 }
 
 impl LaneWeights {
@@ -34,12 +68,14 @@ impl LaneWeights {
             }
         }
         Self {
-            bound: weights.iter().copied().max().unwrap_or(0),
+            draw: Draw::Rejection {
+                bound: weights.iter().copied().max().unwrap_or(0),
+                failed_tries: 0,
+            },
             total: weights.iter().sum(),
             weights,
             active,
             slot,
-            failed_tries: 0,
         }
     }
 
@@ -57,28 +93,53 @@ impl LaneWeights {
             return only as usize;
         }
         loop {
+            let (bound, failed_tries) = match &mut self.draw {
+                Draw::Tree(tree) => return tree.pick(self.total, rng),
+                Draw::Rejection {
+                    bound,
+                    failed_tries,
+                } => (bound, failed_tries),
+            };
             let lane = self.active[rng.below(self.active.len() as u64) as usize] as usize;
-            if rng.below(self.bound) < self.weights[lane] {
+            if rng.below(*bound) < self.weights[lane] {
                 return lane;
             }
-            self.failed_tries += 1;
-            if self.failed_tries > self.active.len() {
-                // Tries fail often: the bound has drifted above the weights; tighten it.
-                self.bound = self
+            *failed_tries += 1;
+            if *failed_tries > self.active.len() {
+                // Tries fail often: the bound has drifted above the weights; tighten it, or
+                // leave rejection if even the tight bound would fail most tries.
+                let max = self
                     .active
                     .iter()
                     .map(|&l| self.weights[l as usize])
                     .max()
                     .unwrap_or(1);
-                self.failed_tries = 0;
+                *bound = max;
+                *failed_tries = 0;
+                let lanes = self.active.len() as u64;
+                let expected_tries = u128::from(lanes) * u128::from(max);
+                if expected_tries > u128::from(MAX_EXPECTED_TRIES) * u128::from(self.total)
+                    && self.total >= MIN_ROWS_PER_LANE * lanes
+                {
+                    self.draw = Draw::Tree(FenwickTree::new(&self.weights));
+                }
             }
         }
+    }
+
+    /// Whether draws have switched to the Fenwick tree.
+    #[cfg(test)]
+    fn uses_tree(&self) -> bool {
+        matches!(self.draw, Draw::Tree(_))
     }
 
     /// Takes one unit from `lane`'s weight, which must be positive.
     pub(crate) fn take_one(&mut self, lane: usize) {
         self.weights[lane] -= 1;
         self.total -= 1;
+        if let Draw::Tree(tree) = &mut self.draw {
+            tree.add(lane, 1u64.wrapping_neg());
+        }
         if self.weights[lane] == 0 {
             // Swap-remove the lane from the active list.
             let at = self.slot[lane] as usize;
@@ -99,7 +160,10 @@ impl LaneWeights {
         }
         self.weights[lane] = weight;
         self.total += weight;
-        self.bound = self.bound.max(weight);
+        match &mut self.draw {
+            Draw::Rejection { bound, .. } => *bound = (*bound).max(weight),
+            Draw::Tree(tree) => tree.add(lane, weight),
+        }
         self.slot[lane] = self.active.len() as u32;
         self.active.push(lane as u32);
     }
@@ -123,6 +187,47 @@ mod tests {
         for (count, expected) in counts.iter().zip(expected) {
             assert!((i64::from(*count) - expected).abs() < 1_000, "{counts:?}");
         }
+    }
+
+    #[test]
+    fn lopsided_weights_switch_to_the_tree_and_draws_follow_the_weights() {
+        // Five lanes, one with 96% of the weight: rejection would expect 4.8 tries per draw.
+        let mut weights = LaneWeights::new(vec![1, 0, 1, 1, 1, 96]);
+        let mut rng = PlanRng::new(4, 0, Purpose::Interleave);
+        let mut counts = [0u32; 6];
+        for _ in 0..100_000 {
+            counts[weights.pick(&mut rng)] += 1;
+        }
+        assert!(weights.uses_tree());
+        // Binomial sds are at most ~62; allow 6 sd.
+        let expected = [1_000i64, 0, 1_000, 1_000, 1_000, 96_000];
+        for (count, expected) in counts.iter().zip(expected) {
+            assert!((i64::from(*count) - expected).abs() < 400, "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn the_tree_follows_takes_and_refills_to_the_last_unit() {
+        // Drained to empty, every lane must have been drawn exactly its weight: a tree out of
+        // step with the weights would draw an empty lane and underflow.
+        let mut weights = LaneWeights::new([vec![10_000], vec![10; 20]].concat());
+        let mut rng = PlanRng::new(5, 0, Purpose::Interleave);
+        let mut counts = vec![0u64; 21];
+        let mut refilled = false;
+        while weights.total() > 0 {
+            let lane = weights.pick(&mut rng);
+            counts[lane] += 1;
+            weights.take_one(lane);
+            if counts[lane] == 10 && lane > 0 && !refilled {
+                assert!(weights.uses_tree());
+                weights.refill(lane, 7);
+                refilled = true;
+            }
+        }
+        let refilled_lane = counts.iter().position(|&count| count == 17).unwrap();
+        let mut expected = [vec![10_000], vec![10; 20]].concat();
+        expected[refilled_lane] = 17;
+        assert_eq!(counts, expected);
     }
 
     #[test]
@@ -154,5 +259,7 @@ mod tests {
             counts[weights.pick(&mut rng)] += 1;
         }
         assert!((i64::from(counts[0]) - 5_000).abs() < 400, "{counts:?}");
+        // Even weights, however many failed tries it took to learn it, stay with rejection.
+        assert!(!weights.uses_tree());
     }
 }

@@ -7,6 +7,7 @@ use kiln_ml_core::{BlockLayout, Error, Fingerprint, Plan, PlanRequest, Result, S
 use super::budget::SizeBudget;
 use super::sharding::shard_batches;
 use crate::order::GlobalOrder;
+use crate::permutation::{Claim, check_order};
 use crate::sharding::RemainderPolicy;
 
 /// A [`GlobalOrder`] cut into batches by a [`SizeBudget`] instead of a fixed count, then sharded
@@ -114,17 +115,8 @@ impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
         let order = self
             .order
             .global_order(layout, request.seed, request.epoch)?;
-        if self.order.is_permutation() {
-            if order.len() as u64 != samples {
-                return Err(Error::InvalidConfig(format!(
-                    "size-budget batches: the global order has {} samples but the layout has \
-                     {samples}",
-                    order.len()
-                )));
-            }
-        } else {
-            crate::permutation::check_order(&order, samples, "size-budget batches")?;
-        }
+        let claim = Claim::of(self.order.is_permutation());
+        check_order(&order, samples, "size-budget batches", claim)?;
         let batches = self
             .budget
             .batches(&order, &self.sizes, request.seed, request.epoch)?;
