@@ -4,15 +4,15 @@
 use super::fenwick::FenwickTree;
 use crate::rng::PlanRng;
 
-/// Expected tries per draw above which rejection gives way to the tree: at about four tries
-/// (eight random numbers, half of them followed by a mispredicted branch) rejection costs what
-/// a tree walk and update cost for the default 192 lanes (`plan_lopsided` in the plan_build
-/// bench).
+/// Expected tries per draw above which rejection gives way to the tree. A try costs two random
+/// numbers and an unpredictable branch; a tree draw and update over K lanes walk
+/// log2 K levels each. Not tuned: the `plan_lopsided` bench (plan_build) shows the tree 14x
+/// faster at about 48 tries, and even layouts (one or two tries) never reach this.
 const MAX_EXPECTED_TRIES: u64 = 4;
 
 /// Rows left per lane below which draws stay with rejection however lopsided: switching pays
-/// only over many draws, and what is left then costs at most this times lanes² tries (under
-/// 2 ms for 192 lanes). It keeps the ragged end of an epoch's stratified lanes, where a few
+/// only over many draws, and what is left then costs at most this times lanes² tries in
+/// expectation (about 590,000 for 192 lanes, once an epoch). It keeps the ragged end of an epoch's stratified lanes, where a few
 /// rows remain scattered over many lanes, with the draws it always had.
 const MIN_ROWS_PER_LANE: u64 = 16;
 
