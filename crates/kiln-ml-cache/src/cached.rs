@@ -1,6 +1,6 @@
 //! `Cached`: a block source wrapper that serves transformed samples from the cache.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use kiln_ml_core::{
     Block, BlockIndex, BlockLayout, BlockSource, BoxError, Fingerprint, ReadError, Transform,
@@ -59,6 +59,18 @@ pub struct Cached<S, T, C = BincodeCodec> {
     codec: C,
     disk: Arc<DiskCache>,
     ram: Option<RamCache>,
+    /// Computed at the first key, then shared by every block's: the codec's fingerprint traces
+    /// the sample type's serde layout, too much to repeat per block read.
+    identity: OnceLock<Identity>,
+}
+
+/// The fingerprints every segment key of one [`Cached`] shares. Each part is fixed for the
+/// wrapper's life: the inner layout, the transform and the codec cannot be swapped in place.
+#[derive(Debug, Clone, Copy)]
+struct Identity {
+    layout: Fingerprint,
+    transform: Fingerprint,
+    codec: Fingerprint,
 }
 
 impl<S, T> Cached<S, T, BincodeCodec> {
@@ -71,6 +83,7 @@ impl<S, T> Cached<S, T, BincodeCodec> {
             codec: BincodeCodec,
             disk: disk.into(),
             ram: None,
+            identity: OnceLock::new(),
         }
     }
 }
@@ -84,6 +97,8 @@ impl<S, T, C> Cached<S, T, C> {
             codec,
             disk: self.disk,
             ram: self.ram,
+            // The codec changed: its fingerprint is not the old one's.
+            identity: OnceLock::new(),
         }
     }
 
@@ -127,12 +142,21 @@ where
 {
     /// The cache key of a block's segment.
     pub fn key(&self, block: BlockIndex) -> SegmentKey {
+        let identity = self.identity();
         SegmentKey {
-            layout: self.inner.fingerprint(),
+            layout: identity.layout,
             block,
+            transform: identity.transform,
+            codec: identity.codec,
+        }
+    }
+
+    fn identity(&self) -> Identity {
+        *self.identity.get_or_init(|| Identity {
+            layout: self.inner.fingerprint(),
             transform: self.transform.fingerprint(),
             codec: self.codec.fingerprint(),
-        }
+        })
     }
 
     fn block(&self, block: BlockIndex) -> Result<Block> {
@@ -240,15 +264,15 @@ where
     /// Whether a valid segment of `key` is on disk and decodes into `rows` samples; one that
     /// verifies but does not decode is discarded as corrupt (and `false` returned).
     pub(crate) fn decodes_from_disk(&self, key: &SegmentKey, rows: u64) -> Result<bool> {
-        let segment = match self.disk.get(key) {
-            Ok(Some(segment)) => segment,
+        let (segment, opened) = match self.disk.get_opened(key) {
+            Ok(Some(read)) => read,
             Ok(None) | Err(Error::CorruptSegment { .. }) => return Ok(false),
             Err(error) => return Err(error),
         };
         match self.decode(&segment, rows) {
             Ok(_) => Ok(true),
             Err(reason) => {
-                self.disk.discard_undecodable(key, reason);
+                self.disk.discard_undecodable(key, &opened, reason);
                 Ok(false)
             }
         }
@@ -256,8 +280,8 @@ where
 
     /// The block's samples from the disk tier, when a valid segment is there.
     fn read_from_disk(&self, key: &SegmentKey, rows: u64) -> Result<Option<Vec<T::Output>>> {
-        let segment = match self.disk.get(key) {
-            Ok(Some(segment)) => segment,
+        let (segment, opened) = match self.disk.get_opened(key) {
+            Ok(Some(read)) => read,
             Ok(None) | Err(Error::CorruptSegment { .. }) => return Ok(None),
             Err(error) => return Err(error),
         };
@@ -270,7 +294,7 @@ where
             }
             Err(reason) => {
                 // Verified bytes that do not decode: corruption, not a hit.
-                self.disk.discard_undecodable(key, reason);
+                self.disk.discard_undecodable(key, &opened, reason);
                 Ok(None)
             }
         }
@@ -303,12 +327,13 @@ where
     /// The inner fingerprint combined with the transform's and the codec's: the identity of the
     /// transformed samples.
     fn fingerprint(&self) -> Fingerprint {
+        let identity = self.identity();
         Fingerprint::builder()
             // Named before kiln-ml-cache existed; kept so existing fingerprints stay valid.
             .str("kiln-data cached")
-            .fingerprint(self.inner.fingerprint())
-            .fingerprint(self.transform.fingerprint())
-            .fingerprint(self.codec.fingerprint())
+            .fingerprint(identity.layout)
+            .fingerprint(identity.transform)
+            .fingerprint(identity.codec)
             .finish()
     }
 

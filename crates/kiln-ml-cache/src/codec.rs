@@ -12,7 +12,9 @@ use serde::de::DeserializeOwned;
 /// The [`fingerprint`](Codec::fingerprint) is part of every cache key: change it whenever the
 /// byte format could change, so old segments are never misread.
 pub trait Codec<T>: Send + Sync {
-    /// Identifies the byte format (codec, version, sample type, byte order).
+    /// Identifies the byte format (codec, version, sample type, byte order). A
+    /// [`Cached`](crate::Cached) takes it once, at its first key, and keeps it: it must not
+    /// change over the codec's life.
     fn fingerprint(&self) -> Fingerprint;
 
     /// Appends the encoding of `item` to `out`.

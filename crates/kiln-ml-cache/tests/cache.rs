@@ -591,3 +591,45 @@ fn a_ram_segment_that_does_not_decode_is_no_hit_and_is_dropped() {
         "each read computed the block again"
     );
 }
+
+/// The default codec, counting how often it is asked for its fingerprint.
+struct FingerprintCounting(Arc<AtomicU64>);
+
+impl kiln_ml_cache::Codec<Vec<f32>> for FingerprintCounting {
+    fn fingerprint(&self) -> Fingerprint {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        kiln_ml_cache::Codec::<Vec<f32>>::fingerprint(&kiln_ml_cache::BincodeCodec)
+    }
+    fn encode(&self, item: &Vec<f32>, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        kiln_ml_cache::BincodeCodec.encode(item, out)
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>, CodecError> {
+        kiln_ml_cache::BincodeCodec.decode(bytes)
+    }
+}
+
+/// The codec's fingerprint (for bincode, a trace of the sample type's serde layout) is taken
+/// once per cache, not once per block read; a cache given another codec takes the new one's.
+#[test]
+fn the_codec_is_fingerprinted_once_per_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let first = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls).with_codec(FingerprintCounting(Arc::clone(&first)));
+    for _ in 0..3 {
+        for block in 0..cached.blocks().len() as u32 {
+            cached.read_block(block).unwrap();
+        }
+    }
+    let key = cached.key(0);
+    let _ = cached.fingerprint();
+    assert_eq!(first.load(Ordering::Relaxed), 1);
+    let second = Arc::new(AtomicU64::new(0));
+    let recoded = cached.with_codec(FingerprintCounting(Arc::clone(&second)));
+    assert_eq!(
+        recoded.key(0),
+        key,
+        "the same codec's fingerprint, taken afresh"
+    );
+    assert_eq!(second.load(Ordering::Relaxed), 1);
+}

@@ -20,6 +20,16 @@ impl DiskCache {
     /// [`Error::CorruptSegment`] (after removing the file and recording a report) when it fails
     /// verification.
     pub fn get(&self, key: &SegmentKey) -> Result<Option<Segment>> {
+        Ok(self.get_opened(key)?.map(|(segment, _)| segment))
+    }
+
+    /// [`get`](Self::get), with the metadata of the file the segment was read from: what
+    /// [`discard_undecodable`](Self::discard_undecodable) needs to leave a segment rebuilt
+    /// meanwhile in place.
+    pub(crate) fn get_opened(
+        &self,
+        key: &SegmentKey,
+    ) -> Result<Option<(Segment, std::fs::Metadata)>> {
         let path = self.segment_path(key);
         let file = match File::open(&path) {
             Ok(file) => file,
@@ -74,7 +84,7 @@ impl DiskCache {
                     // Best effort (the file may be gone, or not ours to touch).
                     let _ = file.set_modified(SystemTime::now());
                 }
-                Ok(Some(segment))
+                Ok(Some((segment, opened)))
             }
             Err(reason) => Err(self.discard_read(key, &opened, reason)),
         }
@@ -129,11 +139,17 @@ impl DiskCache {
         }
     }
 
-    /// Like [`discard_corrupt`](Self::discard_corrupt) for a segment that passed verification
-    /// (and was counted as a hit) but does not decode.
-    pub(crate) fn discard_undecodable(&self, key: &SegmentKey, reason: String) -> Error {
+    /// Like [`discard_read`](Self::discard_read) for a segment that passed verification (and
+    /// was counted as a hit) but does not decode: when the file `get_opened` read (`opened`) has
+    /// meanwhile been replaced by a rebuilt segment, that one is kept.
+    pub(crate) fn discard_undecodable(
+        &self,
+        key: &SegmentKey,
+        opened: &std::fs::Metadata,
+        reason: String,
+    ) -> Error {
         self.counters.disk_hits.fetch_sub(1, Ordering::Relaxed);
-        self.discard_corrupt(key, reason)
+        self.discard_read(key, opened, reason)
     }
 }
 
@@ -232,6 +248,27 @@ mod tests {
         let opened = File::open(&path).unwrap().metadata().unwrap();
         cache.discard_read(&key(3), &opened, "damaged after all".to_owned());
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn an_undecodable_segment_rebuilt_meanwhile_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path()).unwrap();
+        cache.put(&key(4), &segment(key(4), b"old format")).unwrap();
+        let (_, opened) = cache.get_opened(&key(4)).unwrap().unwrap();
+        // Another process found it undecodable first and renamed a rebuilt segment into place.
+        cache.put(&key(4), &segment(key(4), b"new format")).unwrap();
+        cache.discard_undecodable(&key(4), &opened, "record 0 does not decode".to_owned());
+        let kept = cache
+            .get(&key(4))
+            .unwrap()
+            .expect("the rebuilt segment was removed");
+        assert_eq!(kept.record(0), b"new format");
+        // The file read is still the one there: it goes.
+        let (_, opened) = cache.get_opened(&key(4)).unwrap().unwrap();
+        cache.discard_undecodable(&key(4), &opened, "does not decode either".to_owned());
+        assert!(cache.get(&key(4)).unwrap().is_none());
+        assert_eq!(cache.stats().corrupt_segments, 2);
     }
 
     #[test]
