@@ -121,6 +121,11 @@ impl BestCheckpoints {
 }
 
 impl Callback for BestCheckpoints {
+    /// Run after the other callbacks, so its checkpoints hold their states of the same epoch.
+    fn keeps_checkpoints(&self) -> bool {
+        true
+    }
+
     fn on_epoch_end(
         &mut self,
         context: &EpochContext<'_>,

@@ -161,9 +161,11 @@ pub trait CheckpointWriter {
 /// with [`state_key`](Self::state_key), unique among the trainer's callbacks, returns its state
 /// from [`state`](Self::state) and takes it back in [`load_state`](Self::load_state). The
 /// trainer asks for the state after each of the callback's epoch ends, and gives a loaded
-/// checkpoint's state back when `fit` starts. Callbacks run in the order added, so a callback
-/// that writes checkpoints of its own ([`BestCheckpoints`](crate::BestCheckpoints)) saves the
-/// epoch's states of the callbacks added before it: add it last.
+/// checkpoint's state back when `fit` starts. Callbacks run in the order added, except that
+/// those which write checkpoints of their own ([`keeps_checkpoints`](Self::keeps_checkpoints),
+/// as [`BestCheckpoints`](crate::BestCheckpoints)) run after all the others, as Lightning moves
+/// its `ModelCheckpoint` callbacks last: their checkpoints hold every callback's state of the
+/// same epoch, whatever the order they were added in.
 ///
 /// ```
 /// use kiln_ml_train::{Callback, CheckpointWriter, Decision, EpochContext};
@@ -190,6 +192,13 @@ pub trait Callback: Send {
         context: &EpochContext<'_>,
         checkpoints: &dyn CheckpointWriter,
     ) -> Result<Decision>;
+
+    /// Whether this callback writes checkpoints of its own through the [`CheckpointWriter`]
+    /// (`false` by default). The trainer runs such callbacks after all the others, so the
+    /// checkpoints they write hold the other callbacks' states of the epoch that just ended.
+    fn keeps_checkpoints(&self) -> bool {
+        false
+    }
 
     /// The name this callback's state is saved under in checkpoints (Lightning's
     /// `state_key`: the type and what tells two instances apart); `None`, the default, for a

@@ -167,8 +167,9 @@ where
         })
     }
 
-    /// Runs the callbacks on the epoch that just ended; returns what any of them asked for.
-    /// Every callback runs (each keeps its own state), whatever an earlier one decided.
+    /// Runs the callbacks on the epoch that just ended, those that keep checkpoints of their
+    /// own last; returns what any of them asked for. Every callback runs (each keeps its own
+    /// state), whatever an earlier one decided.
     fn run_callbacks(&mut self, summary: &EpochSummary) -> Result<Decision> {
         let mut callbacks = std::mem::take(&mut self.callbacks);
         let metrics = std::mem::take(&mut self.epoch_metrics);
@@ -179,7 +180,10 @@ where
         };
         let mut asked = Decision::CONTINUE;
         let mut result = Ok(());
-        for callback in &mut callbacks {
+        let (keepers, others): (Vec<_>, Vec<_>) = callbacks
+            .iter_mut()
+            .partition(|callback| callback.keeps_checkpoints());
+        for callback in others.into_iter().chain(keepers) {
             let decided = callback.on_epoch_end(&context, self);
             // Before the next callback runs: one that writes a checkpoint saves this state.
             self.callback_states.record(callback.as_ref());

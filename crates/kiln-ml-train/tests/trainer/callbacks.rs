@@ -3,14 +3,15 @@
 use std::sync::Arc;
 
 use burn::backend::{Autodiff, Flex};
+use burn::optim::Optimizer;
 use kiln_ml_core::Event;
 use kiln_ml_testkit::RecordingObserver;
 use kiln_ml_train::{
     BestCheckpoints, Callback, CheckpointConfig, CheckpointWriter, Decision, EarlyStopping,
-    EpochContext, Error, FitSummary, Mode, Result, TrainerConfig, list_checkpoints,
+    EpochContext, Error, FitSummary, Mode, Result, Trainer, TrainerConfig, list_checkpoints,
 };
 
-use crate::common::{self, Batch};
+use crate::common::{self, Batch, Mlp};
 
 type B = Autodiff<Flex>;
 
@@ -28,15 +29,23 @@ fn fit_logging(
     let recorder = common::recorder();
     trainer.add_observer(Arc::clone(&recorder));
     trainer.add_callback(callback);
+    (fit_scores(&mut trainer, scores), recorder)
+}
+
+/// Fits `trainer` on the test batches, logging `valid/score` = `scores[epoch]` at each epoch's
+/// end.
+fn fit_scores<O: Optimizer<Mlp<B>, B>>(
+    trainer: &mut Trainer<B, Mlp<B>, O, f64>,
+    scores: &'static [f64],
+) -> Result<FitSummary> {
     let data = batches();
-    let summary = trainer.fit_with(
+    trainer.fit_with(
         |position| common::plain(data.clone(), position),
         |trainer, epoch| {
             trainer.log_metric("valid/score", scores[epoch.epoch as usize]);
             Ok(())
         },
-    );
-    (summary, recorder)
+    )
 }
 
 #[test]
@@ -140,6 +149,30 @@ fn best_checkpoints_keep_the_best_k_by_the_metric() {
     let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, TrainerConfig::new());
     let position = trainer.load_checkpoint(&ranked[0].path).unwrap();
     assert_eq!(position, kiln_ml_core::Position::start_of(4));
+}
+
+/// `BestCheckpoints` runs after the other callbacks whatever the order they were added in, so
+/// its checkpoint of an epoch holds that epoch's state of an `EarlyStopping` added after it.
+#[test]
+fn a_best_checkpoint_holds_the_epochs_state_of_callbacks_added_after_it() {
+    const SCORES: &[f64] = &[1.0, 0.5, 0.6, 0.7, 0.8, 0.9];
+    let stopping = || EarlyStopping::new("valid/score", Mode::Min).with_patience(2);
+    let dir = tempfile::tempdir().unwrap();
+    let best = BestCheckpoints::new(dir.path(), "valid/score", Mode::Min, 1);
+    let config = TrainerConfig::new().with_num_epochs(2);
+    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
+    trainer.add_callback(best.clone());
+    trainer.add_callback(stopping());
+    fit_scores(&mut trainer, SCORES).unwrap();
+    let best_of_epoch_1 = best.best().unwrap().unwrap().path;
+    // Resumed from it, the early stopping counts on from epoch 1's best (0.5) and stops at
+    // epoch 3; with epoch 0's state (best 1.0), 0.6 would improve and it would stop at 4.
+    let config = TrainerConfig::new().with_num_epochs(SCORES.len() as u64);
+    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
+    trainer.load_checkpoint(&best_of_epoch_1).unwrap();
+    trainer.add_callback(stopping());
+    let resumed = fit_scores(&mut trainer, SCORES).unwrap();
+    assert_eq!(resumed.stopped_early, Some(3));
 }
 
 /// Asks for a checkpoint after epoch 1 only.
