@@ -96,7 +96,8 @@ pub enum Event {
         /// The epoch, counted from zero.
         epoch: u64,
     },
-    /// An epoch ends.
+    /// An epoch's training ends (its last step is done); its end-of-epoch work follows, closed
+    /// by [`Event::EpochClosed`].
     EpochEnd {
         /// The epoch, counted from zero.
         epoch: u64,
@@ -185,5 +186,12 @@ pub enum Event {
         /// Zero in events recorded before it was measured.
         #[serde(default)]
         elapsed: std::time::Duration,
+    },
+    /// Everything after an epoch's training is done: its end-of-epoch work (validation and the
+    /// metrics it logs), the callbacks and the epoch's checkpoint. Loggers close the epoch's
+    /// rows here, so they reach the file before the next epoch starts (or the run is killed).
+    EpochClosed {
+        /// The epoch, counted from zero.
+        epoch: u64,
     },
 }

@@ -136,6 +136,7 @@ where
             } else {
                 self.checkpoint_epoch_end_if_due(summary.steps)?;
             }
+            self.observers.emit(&Event::EpochClosed { epoch });
             if decision.stop || decision.diverged {
                 diverged = decision.diverged;
                 stopped_early = Some(epoch);

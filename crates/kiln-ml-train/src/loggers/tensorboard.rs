@@ -150,8 +150,8 @@ impl Observer for TensorBoardLogger {
             .unwrap_or_else(|poison| poison.into_inner());
         let rows = state.rows.on_event(event);
         // As the CSV logger: an epoch's metrics reach the file as soon as their row is
-        // complete (at the next event: the epoch's checkpoint, or the next epoch's start), not
-        // at the next epoch's end.
+        // complete (at the next event: the epoch's checkpoint, or `EpochClosed`), not at the
+        // next epoch's end.
         let metrics_logged = rows.iter().any(|row| !row.values.contains_key("train/lr"));
         for row in rows {
             state.append(&row, &self.path);

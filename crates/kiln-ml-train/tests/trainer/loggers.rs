@@ -125,6 +125,48 @@ fn tensorboard_has_an_epochs_metrics_before_the_next_epoch_runs() {
     assert_eq!(seen_at_epoch_1.into_inner(), Some(vec![10.0]));
 }
 
+/// Without checkpoints, the last epoch's metrics are in the TensorBoard and CSV files when
+/// `fit` returns, before `finish` or a drop: written when the epoch closes.
+#[test]
+fn the_last_epochs_metrics_are_on_disk_when_fit_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TrainerConfig::new().with_num_epochs(2);
+    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
+    let tensorboard = Arc::new(TensorBoardLogger::create(dir.path(), 100).unwrap());
+    let csv = Arc::new(CsvLogger::create(dir.path(), 100).unwrap());
+    trainer.add_observer(Arc::clone(&tensorboard));
+    trainer.add_observer(Arc::clone(&csv));
+    let data = common::batches::<B>(4, 8, 5, &Default::default());
+    trainer
+        .fit_with(
+            |position| common::plain(data.clone(), position),
+            |trainer, epoch| {
+                trainer.log_metric("valid/score", 10.0 + epoch.epoch as f64);
+                Ok(())
+            },
+        )
+        .unwrap();
+    let scores: Vec<f32> = read_scalars(tensorboard.path())
+        .unwrap()
+        .into_iter()
+        .filter(|scalar| scalar.tag == "valid/score")
+        .map(|scalar| scalar.value)
+        .collect();
+    assert_eq!(scores, [10.0, 11.0]);
+    let table = std::fs::read_to_string(csv.path()).unwrap();
+    let column = table
+        .lines()
+        .next()
+        .and_then(|header| header.split(',').position(|name| name == "valid/score"))
+        .expect("a valid/score column");
+    let logged: Vec<f64> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split(',').nth(column)?.parse().ok())
+        .collect();
+    assert_eq!(logged, [10.0, 11.0], "{table}");
+}
+
 /// A run that fails before any file write keeps the rows its loggers had: they write them when
 /// dropped.
 #[test]

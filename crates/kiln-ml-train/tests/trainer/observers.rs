@@ -36,6 +36,7 @@ fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
         .map(|event| match event {
             Event::EpochStart { .. } => "epoch_start".to_owned(),
             Event::EpochEnd { .. } => "epoch_end".to_owned(),
+            Event::EpochClosed { epoch } => format!("epoch_closed{epoch}"),
             Event::BatchReady { .. } => "batch".to_owned(),
             Event::PhaseStart { phase, step } => format!("{phase}@{step}"),
             Event::PhaseEnd { .. } => "end".to_owned(),
@@ -75,9 +76,11 @@ fn events_follow_the_step_structure<B: AutodiffBackend>(device: B::Device) {
     expected.extend(["data_wait@2".to_owned(), "end".to_owned()]);
     expected.extend(optimizer(2));
     expected.push("epoch_end".to_owned());
+    // After the epoch's end-of-epoch work (here none: no validation, callback or checkpoint).
+    expected.push("epoch_closed0".to_owned());
     assert_eq!(names, expected);
 
-    match events.last().unwrap() {
+    match &events[events.len() - 2] {
         Event::EpochEnd {
             epoch,
             steps,
