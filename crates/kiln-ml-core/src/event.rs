@@ -87,6 +87,30 @@ pub struct StepReport {
     pub learning_rate: f64,
 }
 
+impl StepReport {
+    /// An applied step `step` at `learning_rate` that read nothing back (no loss, loss scale
+    /// or gradient norm): what an f32 or bf16 step between loss readbacks reports. Set the
+    /// other fields with struct update syntax.
+    ///
+    /// ```
+    /// use kiln_ml_core::{StepOutcome, StepReport};
+    ///
+    /// let report = StepReport { loss: Some(0.5), ..StepReport::applied(3, 1e-3) };
+    /// assert_eq!(report.outcome, StepOutcome::Applied);
+    /// assert_eq!((report.step, report.loss, report.grad_norm), (3, Some(0.5), None));
+    /// ```
+    pub fn applied(step: u64, learning_rate: f64) -> Self {
+        Self {
+            step,
+            outcome: StepOutcome::Applied,
+            loss: None,
+            loss_scale: None,
+            grad_norm: None,
+            learning_rate,
+        }
+    }
+}
+
 /// Something that happened during training or data loading.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]

@@ -86,6 +86,8 @@ mod sequential;
 mod sharded;
 mod sharding;
 mod size_budget;
+#[cfg(test)]
+mod test_orders;
 mod windows;
 
 pub use block_shuffle::{BlockShuffleConfig, BlockShuffleOrder, BlockShuffleSampler};

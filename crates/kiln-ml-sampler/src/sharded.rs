@@ -106,6 +106,7 @@ mod tests {
     use kiln_ml_core::{Fingerprint, Layout, Shard};
 
     use super::*;
+    use crate::test_orders::OrderFn;
     use crate::{
         BlockShuffleConfig, RandomOrder, RandomSampler, RemainderPolicy, SequentialSampler,
     };
@@ -194,31 +195,15 @@ mod tests {
         );
     }
 
-    /// An order of your own that repeats sample 0 and misses sample 1.
-    struct Repeats;
-
-    impl GlobalOrder for Repeats {
-        fn global_order(
-            &self,
-            layout: &dyn BlockLayout,
-            _: u64,
-            _: u64,
-        ) -> Result<Vec<kiln_ml_core::SampleId>> {
-            Ok([0]
-                .into_iter()
-                .chain(2..layout.num_samples())
-                .chain([0])
-                .collect())
-        }
-    }
-
     #[test]
     fn orders_of_your_own_are_checked_and_kilns_skip_the_pass() {
         let mut builder = Layout::builder();
         builder.add_file(Fingerprint::of_bytes(b"a"), &[6]);
         let layout = builder.build().unwrap();
         let sharding = Sharding::new(2, RemainderPolicy::Drop);
-        let error = Sharded::wrap(Repeats, sharding)
+        // An order of your own that repeats sample 0 and misses sample 1.
+        let repeats = || OrderFn(|samples| [0].into_iter().chain(2..samples).chain([0]).collect());
+        let error = Sharded::wrap(repeats(), sharding)
             .plan(&layout, &PlanRequest::new(0, 0))
             .unwrap_err()
             .to_string();
@@ -226,7 +211,7 @@ mod tests {
             error.contains("sample 0 twice (positions 0 and 5)"),
             "{error}"
         );
-        let boxed: Box<dyn GlobalOrder> = Box::new(Repeats);
+        let boxed: Box<dyn GlobalOrder> = Box::new(repeats());
         assert!(!boxed.is_permutation());
         assert!(Arc::new(RandomOrder).is_permutation());
         assert!(crate::SequentialOrder.is_permutation());

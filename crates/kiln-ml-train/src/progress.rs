@@ -149,12 +149,8 @@ mod tests {
 
     fn step(step: u64, loss: Option<f64>) -> Event {
         Event::Step(StepReport {
-            step,
-            outcome: StepOutcome::Applied,
             loss,
-            loss_scale: None,
-            grad_norm: None,
-            learning_rate: 1e-3,
+            ..StepReport::applied(step, 1e-3)
         })
     }
 

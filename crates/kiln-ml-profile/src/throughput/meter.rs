@@ -23,17 +23,14 @@ type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
 /// (the [`PhaseTimer`](crate::PhaseTimer)) or the trainer syncs.
 ///
 /// ```
-/// use kiln_ml_core::{Event, Observer, StepOutcome, StepReport};
+/// use kiln_ml_core::{Event, Observer, StepReport};
 /// use kiln_ml_profile::{Clock, Throughput, ThroughputMeter};
 ///
 /// let meter = ThroughputMeter::new(Clock::start(), Throughput::new().report_before_full(true));
 /// for step in 1..=3 {
 ///     meter.on_event(&Event::BatchReady { epoch: 0, batch: step - 1, samples: 32, wait: Default::default() });
 ///     std::thread::sleep(std::time::Duration::from_millis(2));
-///     meter.on_event(&Event::Step(StepReport {
-///         step, outcome: StepOutcome::Applied, loss: None, loss_scale: None, grad_norm: None,
-///         learning_rate: 0.1,
-///     }));
+///     meter.on_event(&Event::Step(StepReport::applied(step, 0.1)));
 /// }
 /// let report = meter.report().unwrap();
 /// assert!(report.samples_per_s > 0.0);
@@ -174,7 +171,7 @@ impl Observer for ThroughputMeter {
 
 #[cfg(test)]
 mod tests {
-    use kiln_ml_core::{StepOutcome, StepReport};
+    use kiln_ml_core::StepReport;
 
     use super::*;
 
@@ -194,14 +191,7 @@ mod tests {
 
     /// The end of optimizer step `step`.
     fn step_end(step: u64) -> Event {
-        Event::Step(StepReport {
-            step,
-            outcome: StepOutcome::Applied,
-            loss: None,
-            loss_scale: None,
-            grad_norm: None,
-            learning_rate: 0.1,
-        })
+        Event::Step(StepReport::applied(step, 0.1))
     }
 
     /// One optimizer step of 8 samples.

@@ -148,6 +148,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::test_orders::OrderFn;
     use crate::{BlockShuffleConfig, RandomOrder};
 
     fn layout(files: u64, rows: u64) -> Layout {
@@ -359,38 +360,6 @@ mod tests {
         }
     }
 
-    /// An order that leaves out the last sample.
-    struct AllButLast;
-
-    impl crate::GlobalOrder for AllButLast {
-        fn global_order(
-            &self,
-            layout: &dyn BlockLayout,
-            _seed: u64,
-            _epoch: u64,
-        ) -> Result<Vec<kiln_ml_core::SampleId>> {
-            Ok((0..layout.num_samples() - 1).collect())
-        }
-    }
-
-    /// An order of the right length that holds sample 0 twice and misses sample 1.
-    struct RepeatsTheFirst;
-
-    impl crate::GlobalOrder for RepeatsTheFirst {
-        fn global_order(
-            &self,
-            layout: &dyn BlockLayout,
-            _seed: u64,
-            _epoch: u64,
-        ) -> Result<Vec<kiln_ml_core::SampleId>> {
-            Ok([0]
-                .into_iter()
-                .chain(0..layout.num_samples())
-                .filter(|&id| id != 1)
-                .collect())
-        }
-    }
-
     #[test]
     fn an_order_that_misses_samples_is_refused() {
         let layout = layout(1, 6);
@@ -400,16 +369,25 @@ mod tests {
             window: 0,
         };
         let sizes = vec![1; layout.num_samples() as usize];
+        // Leaves out the last sample.
+        let all_but_last = OrderFn(|samples| (0..samples - 1).collect());
         let sampler =
-            SizeBudgetSampler::new(AllButLast, budget, sizes, RemainderPolicy::Uneven).unwrap();
+            SizeBudgetSampler::new(all_but_last, budget, sizes, RemainderPolicy::Uneven).unwrap();
         let error = sampler.plan(&layout, &request(0, 0, 0, 1)).unwrap_err();
         assert!(
             error.to_string().contains("must hold every sample once"),
             "{error}"
         );
         let sizes = vec![1; layout.num_samples() as usize];
+        // The right length, but sample 0 twice and sample 1 missing.
+        let repeats_the_first = OrderFn(|samples| {
+            [0].into_iter()
+                .chain(0..samples)
+                .filter(|&id| id != 1)
+                .collect()
+        });
         let sampler =
-            SizeBudgetSampler::new(RepeatsTheFirst, budget, sizes, RemainderPolicy::Uneven)
+            SizeBudgetSampler::new(repeats_the_first, budget, sizes, RemainderPolicy::Uneven)
                 .unwrap();
         let error = sampler.plan(&layout, &request(0, 0, 0, 1)).unwrap_err();
         assert!(

@@ -167,7 +167,7 @@ impl LogRows {
 mod tests {
     use std::time::Duration;
 
-    use kiln_ml_core::{Phase, StepOutcome, StepReport};
+    use kiln_ml_core::{Phase, StepReport};
 
     use super::*;
 
@@ -188,14 +188,7 @@ mod tests {
             rows.on_event(&end(Phase::Forward, 1));
         }
         rows.on_event(&end(Phase::Validation, 8));
-        let step = Event::Step(StepReport {
-            step: 1,
-            outcome: StepOutcome::Applied,
-            loss: None,
-            loss_scale: None,
-            grad_norm: None,
-            learning_rate: 0.1,
-        });
+        let step = Event::Step(StepReport::applied(1, 0.1));
         let row = rows.on_event(&step).pop().unwrap();
         assert_eq!(row.values["time/forward_ms"], 4.0);
         assert_eq!(row.values["time/validation_ms"], 8.0);

@@ -1,11 +1,10 @@
 //! Mixed precision: f32 master weights, low-precision compute, f16 skip-and-backoff.
 
 use burn::nn::{LinearConfig, Relu};
-use burn::optim::AdamConfig;
 use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::{SkipReason, StepOutcome};
-use kiln_ml_train::{LossScalerConfig, Precision, Trainer, TrainerConfig};
+use kiln_ml_train::{LossScalerConfig, Precision, TrainerConfig};
 
 use crate::common::{self, Batch, Mlp};
 
@@ -13,14 +12,8 @@ fn train<B: AutodiffBackend>(device: &B::Device, precision: Precision) -> (f64, 
     let config = TrainerConfig::new()
         .with_precision(precision)
         .with_num_epochs(25);
-    let mut trainer = Trainer::new(
-        common::model::<B>(device, 2),
-        AdamConfig::new().init(),
-        0.01,
-        config,
-        device.clone(),
-    )
-    .unwrap();
+    let mut trainer =
+        common::adam_trainer(common::model::<B>(device, 2), 0.01, config, device).unwrap();
     let batches = common::batches::<B>(8, 16, 4, device);
     let summary = trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
     let skipped = summary.counters.skipped_steps;
@@ -53,14 +46,8 @@ fn mixed_precision_tracks_f32<B: AutodiffBackend>(device: B::Device) {
 /// halves; clean batches then train normally (the scheduler on skips: `scheduler.rs`).
 fn f16_overflow_skips_and_backs_off<B: AutodiffBackend>(device: B::Device) {
     let config = TrainerConfig::new().with_precision(Precision::F16Mixed);
-    let mut trainer = Trainer::new(
-        common::model::<B>(&device, 2),
-        AdamConfig::new().init(),
-        0.01,
-        config,
-        device.clone(),
-    )
-    .unwrap();
+    let mut trainer =
+        common::adam_trainer(common::model::<B>(&device, 2), 0.01, config, &device).unwrap();
     let batches = common::batches::<B>(2, 8, 4, &device);
     let huge = Batch {
         inputs: batches[0].inputs.clone().mul_scalar(1000.0),
@@ -114,14 +101,8 @@ fn f16_scales_each_micro_batch_by_the_scale_over_the_window<B: AutodiffBackend>(
                 init_scale: scale,
                 ..LossScalerConfig::default()
             });
-        let mut trainer = Trainer::new(
-            common::model::<B>(&device, 2),
-            AdamConfig::new().init(),
-            0.01,
-            config,
-            device.clone(),
-        )
-        .unwrap();
+        let mut trainer =
+            common::adam_trainer(common::model::<B>(&device, 2), 0.01, config, &device).unwrap();
         let reports: Vec<_> = (0..k)
             .filter_map(|_| trainer.train_batch(batch.clone()).unwrap().step)
             .collect();
@@ -168,14 +149,7 @@ fn lazily_initialized_model_receives_gradients<B: AutodiffBackend>(device: B::De
     let config = TrainerConfig::new()
         .with_precision(precision)
         .with_track_grad_norm(true);
-    let mut trainer = Trainer::new(
-        model,
-        AdamConfig::new().init(),
-        0.01,
-        config,
-        device.clone(),
-    )
-    .unwrap();
+    let mut trainer = common::adam_trainer(model, 0.01, config, &device).unwrap();
     let before = common::params(trainer.model());
     // f16 may skip its first steps while the 2^16 scale calibrates: look at the first applied.
     let report = common::batches::<B>(6, 8, 4, &device)

@@ -34,6 +34,29 @@ pub fn sgd_trainer<B: AutodiffBackend>(
         .unwrap()
 }
 
+/// A trainer of `model` with Burn's Adam (its defaults) at a constant `learning_rate`; an
+/// error where the trainer refuses `config` (a precision the device lacks, say).
+pub fn adam_trainer<B, M>(
+    model: M,
+    learning_rate: f64,
+    config: kiln_ml_train::TrainerConfig,
+    device: &B::Device,
+) -> kiln_ml_train::Result<
+    kiln_ml_train::Trainer<B, M, impl burn::optim::Optimizer<M, B> + use<B, M>, f64>,
+>
+where
+    B: AutodiffBackend,
+    M: burn::module::AutodiffModule<B> + kiln_ml_train::TrainStep<B>,
+{
+    kiln_ml_train::Trainer::new(
+        model,
+        burn::optim::AdamConfig::new().init(),
+        learning_rate,
+        config,
+        device.clone(),
+    )
+}
+
 /// Fits `trainer` on `batches` (one epoch), checks that it made `steps` optimizer steps and
 /// skipped none, and returns its parameters.
 pub fn fitted_params<B, O, S>(

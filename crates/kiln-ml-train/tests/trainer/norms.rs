@@ -13,7 +13,7 @@ use burn::tensor::{DType, Tensor};
 use kiln_ml_testkit::MeanMetric;
 use kiln_ml_train::{
     Autocast, EmaConfig, Error, InferenceStep, LrFinder, Precision, PrecisionPolicy, StepOutput,
-    TrainStep, Trainer, TrainerConfig,
+    TrainStep, TrainerConfig,
 };
 
 use crate::common::{self, Batch, INPUTS};
@@ -137,13 +137,7 @@ fn norm_layers_keep_an_f32_master<B: AutodiffBackend>(device: B::Device) {
     let mut trained = 0;
     for precision in [Precision::F16Mixed, Precision::Bf16Mixed] {
         if let Err(reason) = precision.check_supported::<B>(&device) {
-            let refused = Trainer::new(
-                initial.clone(),
-                AdamConfig::new().init(),
-                1e-2,
-                config(precision),
-                device.clone(),
-            );
+            let refused = common::adam_trainer(initial.clone(), 1e-2, config(precision), &device);
             let error = refused.err().expect("refused");
             assert!(
                 matches!(error, Error::UnsupportedPrecision { .. }),
@@ -157,14 +151,8 @@ fn norm_layers_keep_an_f32_master<B: AutodiffBackend>(device: B::Device) {
             continue;
         }
         let running_before = initial.batch_norm.running_var.value().into_data();
-        let mut trainer = Trainer::new(
-            initial.clone(),
-            AdamConfig::new().init(),
-            1e-2,
-            config(precision),
-            device.clone(),
-        )
-        .unwrap();
+        let mut trainer =
+            common::adam_trainer(initial.clone(), 1e-2, config(precision), &device).unwrap();
         let summary = trainer.fit(|p| common::plain(batches.clone(), p)).unwrap();
         assert!(summary.last_loss.unwrap().is_finite(), "{precision}");
         // Validation casts with the training plan: norms stay f32, so `keep_f32` matches.
@@ -214,14 +202,13 @@ fn running_statistics_stay_f32_without_the_norm_rule<B: AutodiffBackend>(device:
         keep_norms_f32: false,
         keep_f32: vec!["layer_norm".to_owned()],
     };
-    let mut trainer = Trainer::new(
+    let mut trainer = common::adam_trainer(
         initial.clone(),
-        AdamConfig::new().init(),
         1e-2,
         TrainerConfig::new()
             .with_precision(precision)
             .with_precision_policy(policy),
-        device.clone(),
+        &device,
     )
     .unwrap();
     for batch in common::batches::<B>(3, 8, 4, &device) {
@@ -240,14 +227,13 @@ fn a_norm_without_keep_f32_is_a_named_error<B: AutodiffBackend>(device: B::Devic
     if precision.check_supported::<B>(&device).is_err() {
         return;
     }
-    let mut trainer = Trainer::new(
+    let mut trainer = common::adam_trainer(
         CarelessNormMlp {
             inner: NormMlp::<B>::new(&device),
         },
-        AdamConfig::new().init(),
         1e-2,
         TrainerConfig::new().with_precision(precision),
-        device.clone(),
+        &device,
     )
     .unwrap();
     let batch = common::batches::<B>(1, 8, 4, &device).remove(0);
@@ -276,12 +262,11 @@ fn running_var<B: Backend>(model: &NormMlp<B>) -> Vec<f32> {
 fn the_average_keeps_running_statistics_of_its_own<B: AutodiffBackend>(device: B::Device) {
     let initial = NormMlp::<B>::new(&device);
     let trainer_of = |ema: Option<EmaConfig>| {
-        Trainer::new(
+        common::adam_trainer(
             kiln_ml_train::independent_copy(&initial),
-            AdamConfig::new().init(),
             1e-2,
             TrainerConfig::new().with_ema(ema),
-            device.clone(),
+            &device,
         )
         .unwrap()
     };
@@ -314,22 +299,20 @@ fn the_average_keeps_running_statistics_of_its_own<B: AutodiffBackend>(device: B
 fn a_refused_checkpoint_leaves_the_running_statistics_alone<B: AutodiffBackend>(device: B::Device) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wide.kiln");
-    let wide = Trainer::new(
+    let wide = common::adam_trainer(
         NormMlp::<B>::with(&device, 2, LinearLayout::Row),
-        AdamConfig::new().init(),
         1e-2,
         TrainerConfig::new(),
-        device.clone(),
+        &device,
     )
     .unwrap();
     wide.save_checkpoint(&path).unwrap();
 
-    let mut trainer = Trainer::new(
+    let mut trainer = common::adam_trainer(
         NormMlp::<B>::new(&device),
-        AdamConfig::new().init(),
         1e-2,
         TrainerConfig::new(),
-        device.clone(),
+        &device,
     )
     .unwrap();
     for batch in common::batches::<B>(3, 8, 4, &device) {
@@ -367,12 +350,11 @@ fn the_range_test_leaves_the_callers_running_statistics_alone<B: AutodiffBackend
 /// With decay 0 the average is the model at each update, running statistics included: they
 /// are read after the step's own update, not one step late.
 fn the_average_reads_the_running_statistics_of_this_step<B: AutodiffBackend>(device: B::Device) {
-    let mut trainer = Trainer::new(
+    let mut trainer = common::adam_trainer(
         NormMlp::<B>::new(&device),
-        AdamConfig::new().init(),
         1e-2,
         TrainerConfig::new().with_ema(Some(EmaConfig::new(0.0))),
-        device.clone(),
+        &device,
     )
     .unwrap();
     for batch in common::batches::<B>(3, 8, 4, &device) {
@@ -390,12 +372,11 @@ fn the_average_reads_the_running_statistics_of_this_step<B: AutodiffBackend>(dev
 fn column_major_layers_survive_a_checkpoint_and_the_average<B: AutodiffBackend>(device: B::Device) {
     let column_major = || NormMlp::<B>::with(&device, 1, LinearLayout::Col);
     let trainer_of = |model| {
-        Trainer::new(
+        common::adam_trainer(
             model,
-            AdamConfig::new().init(),
             1e-2,
             TrainerConfig::new().with_ema(Some(EmaConfig::new(0.5))),
-            device.clone(),
+            &device,
         )
         .unwrap()
     };

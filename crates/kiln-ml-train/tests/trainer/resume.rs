@@ -544,14 +544,7 @@ fn a_loaded_root_running_state_stays_f32_under_mixed_precision<B: AutodiffBacken
             mean: burn::module::RunningState::new(burn::tensor::Tensor::zeros([4], &device)),
         };
         let config = TrainerConfig::new().with_precision(precision);
-        Trainer::new(
-            tracked,
-            AdamConfig::new().init(),
-            0.01,
-            config,
-            device.clone(),
-        )
-        .unwrap()
+        common::adam_trainer(tracked, 0.01, config, &device).unwrap()
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tracked.kiln");

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use kiln_ml_core::{Event, Observer, Phase, StepOutcome, StepReport};
+use kiln_ml_core::{Event, Observer, Phase, StepReport};
 
 use super::*;
 use crate::phase::Action;
@@ -23,14 +23,7 @@ fn run_step(timer: &PhaseTimer, step: u64, phases: &[(Phase, u64)], synced: bool
             sync: synced.then(|| Duration::from_micros(10)),
         });
     }
-    timer.on_event(&Event::Step(StepReport {
-        step,
-        outcome: StepOutcome::Applied,
-        loss: None,
-        loss_scale: None,
-        grad_norm: None,
-        learning_rate: 0.1,
-    }));
+    timer.on_event(&Event::Step(StepReport::applied(step, 0.1)));
 }
 
 const PHASES: [(Phase, u64); 4] = [
