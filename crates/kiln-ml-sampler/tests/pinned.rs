@@ -209,7 +209,7 @@ fn lopsided_plans_are_pinned() {
                     .with_buffer_samples(4)
                     .with_stratified(false),
             ),
-            [0x959cef66ec18fbd, 0xebbfb610d172e960],
+            [0x4e79b1c27335a78d, 0x200c06b80de1fa42],
         ),
     ];
     assert_pinned(&lopsided, &samplers);

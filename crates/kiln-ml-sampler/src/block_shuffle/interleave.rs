@@ -140,7 +140,11 @@ fn run_shared_queue(
         open.push(shared.open.clone());
         weights.push(rows);
     }
-    let mut weights = LaneWeights::new(weights);
+    let queued = shared.queue[shared.next..]
+        .iter()
+        .map(|&block| blocks[block as usize].rows)
+        .sum();
+    let mut weights = LaneWeights::with_queued(weights, queued);
     while weights.total() > 0 {
         let index = weights.pick(rng);
         let range = &mut open[index];

@@ -10,10 +10,12 @@ use crate::rng::PlanRng;
 /// faster at about 48 tries, and even layouts (one or two tries) never reach this.
 const MAX_EXPECTED_TRIES: u64 = 4;
 
-/// Rows left per lane below which draws stay with rejection however lopsided: switching pays
-/// only over many draws, and what is left then costs at most this times lanes² tries in
-/// expectation (about 590,000 for 192 lanes, once an epoch). It keeps the ragged end of an epoch's stratified lanes, where a few
-/// rows remain scattered over many lanes, with the draws it always had.
+/// Rows left to draw per lane (in the open lanes and, for a shared queue, in the blocks still
+/// queued) below which draws stay with rejection however lopsided: switching pays only over
+/// many draws, and what is left then costs at most this times lanes² tries in expectation
+/// (about 590,000 for 192 lanes), once an interleave. It keeps the ragged end of an epoch's
+/// stratified lanes, where a few rows remain scattered over many lanes, with the draws it
+/// always had.
 const MIN_ROWS_PER_LANE: u64 = 16;
 
 /// Whether draws among `lanes` lanes can ever leave rejection: the expected tries,
@@ -34,8 +36,9 @@ pub(crate) fn may_leave_rejection(lanes: usize) -> bool {
 ///
 /// When that expectation exceeds [`MAX_EXPECTED_TRIES`] at a tightening (one block holding a
 /// large share of the data, say), the draws switch to a [`FenwickTree`] for the rest of the
-/// interleave: O(log lanes) per draw however lopsided the weights. The switch depends only on
-/// the weights, so plans stay deterministic; the draws after it differ from rejection's.
+/// interleave: O(log lanes) per draw however lopsided the weights. The switch depends on the
+/// weights and on the failed tries, both fixed by the seed and epoch, so plans stay
+/// deterministic; the draws after it differ from rejection's.
 #[derive(Debug, Clone)]
 pub(crate) struct LaneWeights {
     weights: Vec<u64>,
@@ -43,6 +46,8 @@ pub(crate) struct LaneWeights {
     active: Vec<u32>,
     slot: Vec<u32>,
     total: u64,
+    /// Rows that refills will still add (the shared queue's unopened blocks).
+    queued: u64,
     draw: Draw,
 }
 
@@ -57,8 +62,14 @@ enum Draw {
 }
 
 impl LaneWeights {
-    /// Weights for lanes `0..weights.len()`.
+    /// Weights for lanes `0..weights.len()`, never refilled.
     pub(crate) fn new(weights: Vec<u64>) -> Self {
+        Self::with_queued(weights, 0)
+    }
+
+    /// Weights for lanes `0..weights.len()`, which [`refill`](Self::refill)s will add `queued`
+    /// rows to in all.
+    pub(crate) fn with_queued(weights: Vec<u64>, queued: u64) -> Self {
         let mut active = Vec::with_capacity(weights.len());
         let mut slot = vec![u32::MAX; weights.len()];
         for (lane, &weight) in weights.iter().enumerate() {
@@ -73,6 +84,7 @@ impl LaneWeights {
                 failed_tries: 0,
             },
             total: weights.iter().sum(),
+            queued,
             weights,
             active,
             slot,
@@ -118,8 +130,9 @@ impl LaneWeights {
                 *failed_tries = 0;
                 let lanes = self.active.len() as u64;
                 let expected_tries = u128::from(lanes) * u128::from(max);
+                let rows_left = u128::from(self.total) + u128::from(self.queued);
                 if expected_tries > u128::from(MAX_EXPECTED_TRIES) * u128::from(self.total)
-                    && self.total >= MIN_ROWS_PER_LANE * lanes
+                    && rows_left >= u128::from(MIN_ROWS_PER_LANE * lanes)
                 {
                     self.draw = Draw::Tree(FenwickTree::new(&self.weights));
                 }
@@ -160,6 +173,7 @@ impl LaneWeights {
         }
         self.weights[lane] = weight;
         self.total += weight;
+        self.queued = self.queued.saturating_sub(weight);
         match &mut self.draw {
             Draw::Rejection { bound, .. } => *bound = (*bound).max(weight),
             Draw::Tree(tree) => tree.add(lane, weight),
@@ -259,7 +273,25 @@ mod tests {
             counts[weights.pick(&mut rng)] += 1;
         }
         assert!((i64::from(counts[0]) - 5_000).abs() < 400, "{counts:?}");
-        // Even weights, however many failed tries it took to learn it, stay with rejection.
+    }
+
+    #[test]
+    fn few_rows_left_stay_with_rejection_however_lopsided() {
+        // Ten lanes, one with 60 of 69 rows: 8.7 expected tries, but under 16 rows a lane left.
+        let lopsided = [vec![60], vec![1; 9]].concat();
+        let mut weights = LaneWeights::new(lopsided.clone());
+        let mut rng = PlanRng::new(6, 0, Purpose::Interleave);
+        for _ in 0..30 {
+            let lane = weights.pick(&mut rng);
+            weights.take_one(lane);
+        }
         assert!(!weights.uses_tree());
+        // The same lanes with a shared queue's rows still to come do switch.
+        let mut weights = LaneWeights::with_queued(lopsided, 1_000);
+        for _ in 0..30 {
+            let lane = weights.pick(&mut rng);
+            weights.take_one(lane);
+        }
+        assert!(weights.uses_tree());
     }
 }
