@@ -79,10 +79,15 @@ impl DiskCache {
                 if !known && std::fs::metadata(&path).is_ok_and(|now| same_file(&opened, &now)) {
                     self.lock_index().insert(key.digest(), len);
                 }
+                let mut opened = opened;
                 if self.limit_bytes.is_some() {
                     // The next run orders segments by modification time: make it the last use.
-                    // Best effort (the file may be gone, or not ours to touch).
-                    let _ = file.set_modified(SystemTime::now());
+                    // Best effort (the file may be gone, or not ours to touch). Where files are
+                    // told apart by length and modification time (not Unix), the file read is
+                    // the touched one.
+                    if file.set_modified(SystemTime::now()).is_ok() {
+                        opened = file.metadata().unwrap_or(opened);
+                    }
                 }
                 Ok(Some((segment, opened)))
             }
