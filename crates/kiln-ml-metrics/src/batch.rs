@@ -108,7 +108,10 @@ impl<'a> TrajectoryBatch<'a> {
     /// joint predictions). Values must be finite; the policy's range checks run at update.
     pub fn with_probabilities(mut self, probabilities: &'a [f32]) -> Result<Self> {
         let k = self.shape.modes;
-        if !probabilities.len().is_multiple_of(k) || probabilities.is_empty() {
+        // Empty only with no agents (a last shard with nothing left, say).
+        if !probabilities.len().is_multiple_of(k)
+            || (probabilities.is_empty() && self.shape.agents > 0)
+        {
             return Err(Error::ShapeMismatch {
                 field: "probabilities",
                 expected: format!("[P, {k}] (a positive multiple of {k} values)"),

@@ -133,9 +133,13 @@ impl MetricsConfig {
                     Some(MissBox {
                         lateral_m,
                         longitudinal_m,
-                    }) if !(lateral_m > 0.0 && longitudinal_m > 0.0) => {
+                    }) if !(lateral_m > 0.0
+                        && longitudinal_m > 0.0
+                        && lateral_m.is_finite()
+                        && longitudinal_m.is_finite()) =>
+                    {
                         return invalid(format!(
-                            "`horizons[{index}].miss_box` thresholds must be positive, got lateral {lateral_m} and longitudinal {longitudinal_m}"
+                            "`horizons[{index}].miss_box` thresholds must be finite and positive, got lateral {lateral_m} and longitudinal {longitudinal_m}"
                         ));
                     }
                     Some(_) => {}
@@ -152,9 +156,12 @@ impl MetricsConfig {
             }
             MissRule::LateralLongitudinal { speed_scaling: s }
                 if !(s.lower_speed_mps.is_finite()
+                    && s.upper_speed_mps.is_finite()
                     && s.upper_speed_mps > s.lower_speed_mps
                     && s.lower_scale > 0.0
-                    && s.upper_scale > 0.0) =>
+                    && s.upper_scale > 0.0
+                    && s.lower_scale.is_finite()
+                    && s.upper_scale.is_finite()) =>
             {
                 return invalid(format!(
                     "speed scaling needs finite bounds with upper > lower and positive scales, got {s:?}"
@@ -220,6 +227,54 @@ mod tests {
         ] {
             config.validate().unwrap();
         }
+    }
+
+    /// The constants each benchmark publishes (reference/metrics.md), which the vector tests
+    /// override with their own thresholds and steps: pinned here.
+    #[test]
+    fn presets_hold_each_benchmarks_constants() {
+        let waymo = MetricsConfig::waymo();
+        assert_eq!(waymo.top_k, [6]);
+        let steps: Vec<Option<usize>> = waymo.horizons.iter().map(|h| h.last_step).collect();
+        assert_eq!(steps, [Some(5), Some(9), Some(15)], "3, 5 and 8 s at 2 Hz");
+        let boxes: Vec<(f64, f64)> = waymo
+            .horizons
+            .iter()
+            .map(|h| {
+                let miss_box = h.miss_box.unwrap();
+                (miss_box.lateral_m, miss_box.longitudinal_m)
+            })
+            .collect();
+        let float = |value: f32| f64::from(value);
+        assert_eq!(boxes, [(1.0, 2.0), (float(1.8), float(3.6)), (3.0, 6.0)]);
+        let MissRule::LateralLongitudinal { speed_scaling } = waymo.miss else {
+            panic!("{:?}", waymo.miss);
+        };
+        let scaling = (
+            speed_scaling.lower_speed_mps,
+            speed_scaling.upper_speed_mps,
+            speed_scaling.lower_scale,
+            speed_scaling.upper_scale,
+        );
+        assert_eq!(scaling, (float(1.4), 11.0, 0.5, 1.0));
+        for (config, top_k) in [
+            (MetricsConfig::argoverse1(), vec![1, 6]),
+            (MetricsConfig::argoverse2(), vec![1, 6]),
+        ] {
+            assert_eq!(config.top_k, top_k, "{}", config.name);
+            assert_eq!(config.miss, MissRule::FinalDistance { threshold_m: 2.0 });
+        }
+        let first_30 = MetricsConfig::argoverse1().horizons[0].last_step;
+        assert_eq!(first_30, Some(29), "3 s at 10 Hz");
+        let nuscenes = MetricsConfig::nuscenes();
+        assert_eq!(nuscenes.top_k, [1, 5, 10]);
+        assert_eq!(
+            nuscenes.miss,
+            MissRule::MaxDistance {
+                threshold_m: 2.0,
+                inclusive: true,
+            }
+        );
     }
 
     #[test]

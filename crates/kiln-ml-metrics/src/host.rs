@@ -103,7 +103,7 @@ pub(crate) fn measure(
     match parallelism.units_per_task() {
         Some(per_task) if units >= 2 * per_task => {
             let tasks = units.div_ceil(per_task);
-            (0..tasks)
+            let parts: Vec<MetricSums> = (0..tasks)
                 .into_par_iter()
                 .map(|task| {
                     let start = task * per_task;
@@ -112,11 +112,17 @@ pub(crate) fn measure(
                         batch.agents(start * per_prediction, end * per_prediction, per_prediction);
                     measure_sequential(config, plan, &part)
                 })
-                .reduce_with(|mut left, right| {
-                    left.merge(&right);
-                    left
-                })
-                .unwrap_or_else(|| MetricSums::for_config(config))
+                .collect();
+            // Merged in task order, one after another: rayon's `reduce` would group the f64
+            // additions as its work splitting fell, so the last bits could change between runs.
+            let mut parts = parts.into_iter();
+            let mut sums = parts
+                .next()
+                .unwrap_or_else(|| MetricSums::for_config(config));
+            for part in parts {
+                sums.merge(&part);
+            }
+            sums
         }
         _ => measure_sequential(config, plan, batch),
     }
@@ -139,7 +145,6 @@ fn measure_sequential(
 ) -> MetricSums {
     let shape = batch.shape();
     let per_prediction = config.agents_per_prediction;
-    let weight = 1.0 / per_prediction as f64;
     let mut sums = MetricSums::for_config(config);
     let mut errors = UnitErrors::new(config.horizons.len(), shape.modes, shape.steps);
     let mut order = Vec::with_capacity(shape.modes);
@@ -148,8 +153,9 @@ fn measure_sequential(
         let agents = unit * per_prediction..(unit + 1) * per_prediction;
         errors.reset();
         for agent in agents.clone() {
-            errors.add_agent(config, plan, batch, agent, weight);
+            errors.add_agent(config, plan, batch, agent);
         }
+        errors.average_over(per_prediction);
         let probabilities = batch
             .probabilities()
             .map(|p| &p[unit * shape.modes..][..shape.modes]);

@@ -3,13 +3,16 @@
 //! ADE, FDE, minADE@K, minFDE@K, miss rate@K, brier-minADE/FDE, p-minADE/FDE, p-MR and, for
 //! joint predictions, av2's actor miss rate, at several horizons and K values in one pass, as one
 //! streaming [`TrajectoryMetrics`] state that implements kiln-ml-core's
-//! [`Metric`](kiln_ml_core::Metric) seam: sum/count accumulators merge exactly across threads, ranks
-//! and devices.
+//! [`Metric`](kiln_ml_core::Metric) seam: sum/count accumulators merge across threads, ranks and
+//! devices (counts exactly, f64 sums up to rounding; one host pass is reproducible bit for bit
+//! whatever the threads).
 //!
 //! - **Policies** ([`MetricsConfig`]): mode selection, miss rule, top-K pruning, mask handling,
 //!   probability checks; presets [`argoverse1`](MetricsConfig::argoverse1),
 //!   [`argoverse2`](MetricsConfig::argoverse2), [`nuscenes`](MetricsConfig::nuscenes) and
-//!   [`waymo`](MetricsConfig::waymo) reproduce each benchmark's numbers.
+//!   [`waymo`](MetricsConfig::waymo) reproduce each benchmark's published definitions and test
+//!   vectors (Argoverse 2's leaderboard script is not public: its preset follows the documented
+//!   convention).
 //! - **Two paths, one state**: host `f32` slices ([`TrajectoryBatch`], optionally on rayon's
 //!   threads) and Burn tensors on any backend, reduced on the device.
 //! - **Errors, not panics**: bad shapes, K = 0, NaN or infinite values and probabilities the

@@ -74,6 +74,18 @@ impl UnitErrors {
         }
     }
 
+    /// Turns the sums over a joint prediction's `agents` into their means, dividing the total
+    /// once as Waymo's `total / count` and numpy's `mean` do (adding `1/N`-weighted values
+    /// rounds differently, which can flip the selected world on near-ties).
+    pub(crate) fn average_over(&mut self, agents: usize) {
+        if agents > 1 {
+            let agents = agents as f64;
+            for value in self.ade.iter_mut().chain(self.fde.iter_mut()) {
+                *value /= agents;
+            }
+        }
+    }
+
     /// Clears the errors for the next prediction.
     pub(crate) fn reset(&mut self) {
         self.ade.fill(0.0);
@@ -84,14 +96,14 @@ impl UnitErrors {
         self.has_final.fill(true);
     }
 
-    /// Adds agent `agent` of `batch`, weighted `weight` (1 / agents per prediction).
+    /// Adds agent `agent` of `batch` to the prediction's sums (see
+    /// [`average_over`](Self::average_over)).
     pub(crate) fn add_agent(
         &mut self,
         config: &MetricsConfig,
         plan: &BatchPlan,
         batch: &TrajectoryBatch<'_>,
         agent: usize,
-        weight: f64,
     ) {
         let shape = batch.shape();
         let (k_modes, steps) = (shape.modes, shape.steps);
@@ -111,8 +123,8 @@ impl UnitErrors {
                 if start < end {
                     let segment = &self.distances[start..end];
                     match valid {
-                        None => sum += f64::from(lane_sum(segment)),
-                        Some(valid) => sum += f64::from(masked_sum(segment, &valid[start..end])),
+                        None => sum += lane_sum(segment),
+                        Some(valid) => sum += masked_sum(segment, &valid[start..end]),
                     }
                     if let MissRule::MaxDistance { .. } = config.miss {
                         max = max.max(masked_max(segment, valid.map(|v| &v[start..end])));
@@ -122,7 +134,7 @@ impl UnitErrors {
                 let slot = h * k_modes + mode;
                 let count = self.counts[h];
                 if count > 0 {
-                    self.ade[slot] += weight * sum / count as f64;
+                    self.ade[slot] += sum / count as f64;
                 }
                 // The largest distance up to this horizon, recomputed in f64 when f32 puts it
                 // too close to the threshold to decide (the references compute in f64).
@@ -139,7 +151,7 @@ impl UnitErrors {
                 // FDE in f64 from the coordinates, as the references compute it: the miss and
                 // the min-FDE mode then decide as theirs do at the threshold and on near-ties.
                 let fde = distance_f64(forecast, truth, last);
-                self.fde[slot] += weight * fde;
+                self.fde[slot] += fde;
                 let missed = match config.miss {
                     MissRule::FinalDistance { threshold_m } => fde > threshold_m,
                     MissRule::MaxDistance { .. } => misses_max(config.miss, max, exact_max),
@@ -273,25 +285,27 @@ fn distances(forecast: &[f32], truth: &[f32], out: &mut [f32]) {
     }
 }
 
-/// A sum in eight lanes, which the compiler can vectorize (a single f32 chain cannot be).
+/// A sum in eight f64 lanes, which the compiler can vectorize (a single chain cannot be). In
+/// f64, as the references add: an f32 sum of a horizon's distances drifts by a few 1e-7
+/// relative, beyond what Argoverse 2's tests allow (numpy's `assert_allclose`, 1e-7).
 #[inline]
-fn lane_sum(values: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
+fn lane_sum(values: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; 8];
     let chunks = values.chunks_exact(8);
-    let tail: f32 = chunks.remainder().iter().sum();
+    let tail: f64 = chunks.remainder().iter().copied().map(f64::from).sum();
     for chunk in chunks {
-        for (lane, value) in lanes.iter_mut().zip(chunk) {
-            *lane += value;
+        for (lane, &value) in lanes.iter_mut().zip(chunk) {
+            *lane += f64::from(value);
         }
     }
-    lanes.iter().sum::<f32>() + tail
+    lanes.iter().sum::<f64>() + tail
 }
 
-fn masked_sum(values: &[f32], valid: &[bool]) -> f32 {
+fn masked_sum(values: &[f32], valid: &[bool]) -> f64 {
     values
         .iter()
         .zip(valid)
-        .map(|(&d, &v)| if v { d } else { 0.0 })
+        .map(|(&d, &v)| if v { f64::from(d) } else { 0.0 })
         .sum()
 }
 
@@ -314,7 +328,10 @@ mod tests {
     #[test]
     fn lane_sum_matches_a_plain_sum() {
         let values: Vec<f32> = (0..37).map(|i| i as f32 * 0.5).collect();
-        assert_eq!(lane_sum(&values), values.iter().sum::<f32>());
+        assert_eq!(
+            lane_sum(&values),
+            values.iter().copied().map(f64::from).sum::<f64>()
+        );
         assert_eq!(lane_sum(&[]), 0.0);
     }
 

@@ -4,7 +4,7 @@
 //! They return one value per mode and leave selection and aggregation to the caller; the
 //! streaming metrics in [`TrajectoryMetrics`](crate::TrajectoryMetrics) do not use them.
 
-use crate::input_checks::{check_finite, check_len};
+use crate::input_checks::{check_finite, check_len, non_finite};
 use crate::{Error, Result};
 
 /// The displacement errors of one hypothesis, in meters.
@@ -57,7 +57,11 @@ pub fn mode_errors(
             let distances: Vec<f64> = forecast
                 .chunks_exact(2)
                 .zip(ground_truth.chunks_exact(2))
-                .map(|(f, g)| f64::from(f[0] - g[0]).hypot(f64::from(f[1] - g[1])))
+                .map(|(f, g)| {
+                    let dx = f64::from(f[0]) - f64::from(g[0]);
+                    let dy = f64::from(f[1]) - f64::from(g[1]);
+                    dx.hypot(dy)
+                })
                 .collect();
             ModeErrors {
                 ade_m: distances.iter().sum::<f64>() / steps as f64,
@@ -80,6 +84,22 @@ pub fn brier_scores(errors: &[f64], probabilities: &[f32], normalize: bool) -> R
             actual: format!("{} values", probabilities.len()),
         });
     }
+    if let Some(mode) = errors.iter().position(|error| !error.is_finite()) {
+        let value = errors[mode] as f32;
+        return Err(non_finite(
+            "errors",
+            mode,
+            value,
+            &[errors.len()],
+            &["mode"],
+        ));
+    }
+    check_finite(
+        "probabilities",
+        probabilities,
+        &[probabilities.len()],
+        &["mode"],
+    )?;
     for (mode, &value) in probabilities.iter().enumerate() {
         if !(0.0..=1.0).contains(&value) {
             return Err(Error::ProbabilityOutOfRange {

@@ -51,7 +51,10 @@ impl MetricsConfig {
             miss: MissRule::FinalDistance { threshold_m: 2.0 },
             final_step: FinalStep::LastValid,
             probabilities: ProbabilityPolicy {
-                check: ProbabilityCheck::SumToOne { tolerance: 1e-5 },
+                // av2 checks `np.isclose(sum, 1)`: |sum - 1| <= atol + rtol * 1 = 1e-8 + 1e-5.
+                check: ProbabilityCheck::SumToOne {
+                    tolerance: 1e-5 + 1e-8,
+                },
                 renormalize: false,
                 low_probability_floor: LOW_PROBABILITY_FLOOR,
                 zero_mass: ZeroMass::Refuse,
@@ -98,7 +101,10 @@ impl MetricsConfig {
     /// speed-scaled lateral/longitudinal miss box (1.0/2.0, 1.8/3.6, 3.0/6.0 m).
     ///
     /// For the interactive challenge set `agents_per_prediction = 2`. Waymo reports each
-    /// object type separately: feed one metric per type and average the results.
+    /// object type separately: feed one metric per type and average the results (a joint
+    /// prediction counts under the type of highest priority among its agents: unset < other <
+    /// vehicle < pedestrian < cyclist). The report's brier and p-min figures, from the
+    /// renormalized confidences, are kiln's: Waymo defines neither.
     pub fn waymo() -> Self {
         Self {
             name: "waymo".into(),

@@ -60,7 +60,8 @@ impl<B: Backend> TensorTrajectoryBatch<B> {
     /// Adds mode probabilities `[P, K]`, one row per prediction.
     pub fn with_probabilities(mut self, probabilities: Tensor<B, 2>) -> Result<Self> {
         let [rows, modes] = probabilities.dims();
-        if modes != self.modes() || rows == 0 {
+        // No rows only with no agents (a last shard with nothing left, say).
+        if modes != self.modes() || (rows == 0 && self.agents() > 0) {
             return Err(mismatch(
                 "probabilities",
                 format!("[P, {}]", self.modes()),

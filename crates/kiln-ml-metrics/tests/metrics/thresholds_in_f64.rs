@@ -53,3 +53,41 @@ fn a_max_distance_just_below_the_threshold_is_a_hit_as_in_nuscenes() {
         .unwrap();
     assert_eq!(report.at(1).unwrap().miss_rate, Some(1.0));
 }
+
+/// The ADE over 60 steps, against the mean of the f64 distances of the same f32 values, on 200
+/// paths: within numpy's `assert_allclose` default (relative 1e-7), as av2 checks its metrics.
+/// Summed in f32 the host drifted past that on some of them.
+#[test]
+fn the_ade_is_within_a_float64_references_tolerance() {
+    let steps = 60;
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut uniform = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        (state >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let mut worst = 0.0f64;
+    for _ in 0..200 {
+        let forecast: Vec<[f32; 2]> = (0..steps)
+            .map(|_| [100.0 * uniform() - 50.0, 100.0 * uniform() - 50.0])
+            .collect();
+        let truth: Vec<[f32; 2]> = (0..steps).map(|_| [uniform(), uniform()]).collect();
+        let reference = forecast
+            .iter()
+            .zip(&truth)
+            .map(|(f, g)| {
+                (f64::from(f[0]) - f64::from(g[0])).hypot(f64::from(f[1]) - f64::from(g[1]))
+            })
+            .sum::<f64>()
+            / steps as f64;
+        let mut config = MetricsConfig::argoverse2();
+        config.top_k = vec![1];
+        let report = Case::from_points(&[vec![forecast]], &[truth])
+            .host(&config)
+            .unwrap();
+        let ade = report.at(1).unwrap().min_ade.unwrap();
+        worst = worst.max((ade - reference).abs() / reference);
+    }
+    assert!(worst <= 1e-7, "worst relative error {worst:e}");
+}

@@ -1,14 +1,13 @@
 //! Public test vectors of Argoverse 2:
 //! `argoverse/av2-api:tests/unit/datasets/motion_forecasting/eval/test_metrics.py`
 //! (reference/metrics.md section 8.1). The ground truth is 10 steps parked at the origin.
+//! Values are checked as av2 checks them, `np.testing.assert_allclose` (relative 1e-7).
 
 use crate::common;
 
-use common::{Case, assert_close};
+use common::{Case, assert_allclose, assert_close};
 use kiln_ml_metrics::per_mode::{brier_scores, mode_errors};
 use kiln_ml_metrics::{Error, MetricsConfig, MissRule, ProbabilityCheck};
-
-const TOLERANCE: f64 = 1e-6;
 
 fn truth() -> Vec<[f32; 2]> {
     vec![[0.0, 0.0]; 10]
@@ -66,8 +65,8 @@ fn av2_stationary_k1_and_k6_metrics() {
     for k in [1, 6] {
         let report = case(stationary(), k).both(&MetricsConfig::argoverse2());
         let entry = report.at(6).unwrap();
-        assert_close(entry.min_ade, std::f64::consts::SQRT_2, TOLERANCE);
-        assert_close(entry.min_fde, std::f64::consts::SQRT_2, TOLERANCE);
+        assert_allclose(entry.min_ade, std::f64::consts::SQRT_2);
+        assert_allclose(entry.min_fde, std::f64::consts::SQRT_2);
         // compute_is_missed_prediction, threshold 2.0: not missed.
         assert_close(entry.miss_rate, 0.0, 0.0);
     }
@@ -77,7 +76,7 @@ fn av2_stationary_k1_and_k6_metrics() {
 fn av2_straight_k1_and_k6_metrics_and_miss_thresholds() {
     for k in [1, 6] {
         let report = case(straight(), k).both(&MetricsConfig::argoverse2());
-        assert_close(report.at(6).unwrap().min_ade, 4.5, TOLERANCE);
+        assert_allclose(report.at(6).unwrap().min_ade, 4.5);
         assert_close(report.at(6).unwrap().min_fde, 9.0, 0.0);
         let kept = case(straight(), k).both(&with_threshold(9.01));
         assert_close(kept.at(6).unwrap().miss_rate, 0.0, 0.0);
@@ -90,8 +89,8 @@ fn av2_straight_k1_and_k6_metrics_and_miss_thresholds() {
 fn av2_diagonal_k1_metrics_and_miss() {
     let report = case(diagonal(), 1).both(&MetricsConfig::argoverse2());
     let entry = report.at(1).unwrap();
-    assert_close(entry.min_ade, 6.3639610306789285, TOLERANCE);
-    assert_close(entry.min_fde, 12.727922061357857, TOLERANCE);
+    assert_allclose(entry.min_ade, 6.3639610306789285);
+    assert_allclose(entry.min_fde, 12.727922061357857);
     assert_close(entry.miss_rate, 1.0, 0.0);
 }
 
@@ -102,14 +101,14 @@ fn av2_brier_uniform_probabilities_straight_k6() {
     let fde = brier_scores(&[9.0; 6], &uniform, false).unwrap();
     let penalty = (5.0f64 / 6.0).powi(2);
     for (a, f) in ade.iter().zip(&fde) {
-        assert_close(Some(*a), 4.5 + penalty, 1e-6);
-        assert_close(Some(*f), 9.0 + penalty, 1e-6);
+        assert_allclose(Some(*a), 4.5 + penalty);
+        assert_allclose(Some(*f), 9.0 + penalty);
     }
     let report = case(straight(), 6)
         .with_probabilities(&uniform)
         .both(&MetricsConfig::argoverse2());
-    assert_close(report.at(6).unwrap().brier_min_ade, 5.194444444444445, 1e-6);
-    assert_close(report.at(6).unwrap().brier_min_fde, 9.694444444444445, 1e-6);
+    assert_allclose(report.at(6).unwrap().brier_min_ade, 5.194444444444445);
+    assert_allclose(report.at(6).unwrap().brier_min_fde, 9.694444444444445);
 }
 
 #[test]
@@ -117,18 +116,18 @@ fn av2_brier_confident_probabilities_straight_k6() {
     let confident = [0.9f32, 0.02, 0.02, 0.02, 0.02, 0.02];
     let ade = brier_scores(&[4.5; 6], &confident, false).unwrap();
     let fde = brier_scores(&[9.0; 6], &confident, false).unwrap();
-    assert_close(Some(ade[0]), 4.51, 1e-6);
-    assert_close(Some(fde[0]), 9.01, 1e-6);
+    assert_allclose(Some(ade[0]), 4.51);
+    assert_allclose(Some(fde[0]), 9.01);
     for mode in 1..6 {
-        assert_close(Some(ade[mode]), 5.4604, 1e-6);
-        assert_close(Some(fde[mode]), 9.9604, 1e-6);
+        assert_allclose(Some(ade[mode]), 5.4604);
+        assert_allclose(Some(fde[mode]), 9.9604);
     }
     // All modes tie on FDE; the most probable is selected.
     let report = case(straight(), 6)
         .with_probabilities(&confident)
         .both(&MetricsConfig::argoverse2());
-    assert_close(report.at(6).unwrap().brier_min_ade, 4.51, 1e-6);
-    assert_close(report.at(6).unwrap().brier_min_fde, 9.01, 1e-6);
+    assert_allclose(report.at(6).unwrap().brier_min_ade, 4.51);
+    assert_allclose(report.at(6).unwrap().brier_min_fde, 9.01);
 }
 
 #[test]
@@ -138,15 +137,15 @@ fn av2_brier_normalize_true_matches_confident() {
         .map(|p| p / 10.0)
         .collect();
     let fde = brier_scores(&[9.0; 6], &scaled, true).unwrap();
-    assert_close(Some(fde[0]), 9.01, 1e-6);
-    assert_close(Some(fde[1]), 9.9604, 1e-6);
+    assert_allclose(Some(fde[0]), 9.01);
+    assert_allclose(Some(fde[1]), 9.9604);
     let mut config = MetricsConfig::argoverse2();
     config.probabilities.check = ProbabilityCheck::UnitInterval;
     config.probabilities.renormalize = true;
     let report = case(straight(), 6)
         .with_probabilities(&scaled)
         .both(&config);
-    assert_close(report.at(6).unwrap().brier_min_fde, 9.01, 1e-6);
+    assert_allclose(report.at(6).unwrap().brier_min_fde, 9.01);
 }
 
 #[test]
@@ -156,10 +155,9 @@ fn av2_brier_stationary_k1_certain_probability() {
     let report = case(stationary(), 1)
         .with_probabilities(&[1.0])
         .both(&MetricsConfig::argoverse2());
-    assert_close(
+    assert_allclose(
         report.at(1).unwrap().brier_min_fde,
         std::f64::consts::SQRT_2,
-        TOLERANCE,
     );
 }
 

@@ -214,6 +214,17 @@ fn assert_option_close(left: Option<f64>, right: Option<f64>, tolerance: f64, na
 }
 
 /// Asserts `actual` is `Some` and within `tolerance` of `expected`.
+/// numpy's `assert_allclose` with its defaults (relative 1e-7, absolute 0), as av2's tests
+/// check.
+pub fn assert_allclose(actual: Option<f64>, expected: f64) {
+    let actual = actual.unwrap_or_else(|| panic!("expected {expected}, got None"));
+    assert!(
+        (actual - expected).abs() <= 1e-7 * expected.abs(),
+        "expected {expected}, got {actual} (relative {:e})",
+        (actual - expected).abs() / expected.abs()
+    );
+}
+
 pub fn assert_close(actual: Option<f64>, expected: f64, tolerance: f64) {
     let actual = actual.unwrap_or_else(|| panic!("expected {expected}, got None"));
     assert!(
