@@ -121,7 +121,7 @@ pub enum Event {
         epoch: u64,
     },
     /// An epoch's training ends (its last step is done); its end-of-epoch work follows, closed
-    /// by [`Event::EpochClosed`].
+    /// in a trainer's `fit` by [`Event::EpochClosed`].
     EpochEnd {
         /// The epoch, counted from zero.
         epoch: u64,
@@ -211,9 +211,11 @@ pub enum Event {
         #[serde(default)]
         elapsed: std::time::Duration,
     },
-    /// Everything after an epoch's training is done: its end-of-epoch work (validation and the
-    /// metrics it logs), the callbacks and the epoch's checkpoint. Loggers close the epoch's
-    /// rows here, so they reach the file before the next epoch starts (or the run is killed).
+    /// Everything after an epoch's training is done, in a trainer's `fit`: its end-of-epoch
+    /// work (validation and the metrics it logs), the callbacks and the checkpoint the epoch's
+    /// end schedules (a run that stops at `max_steps` writes its final checkpoint after this).
+    /// Loggers close the epoch's rows here, so they reach the file before the next epoch starts
+    /// (or the run is killed). Not sent where `max_steps` cut the epoch short.
     EpochClosed {
         /// The epoch, counted from zero.
         epoch: u64,

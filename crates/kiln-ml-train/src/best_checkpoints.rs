@@ -132,12 +132,14 @@ impl Callback for BestCheckpoints {
         checkpoints: &dyn CheckpointWriter,
     ) -> Result<Decision> {
         let epoch = context.summary.epoch;
-        let value = context
-            .metrics
-            .require(&self.monitor, "BestCheckpoints", epoch)?;
+        // Only the replica that writes checkpoints (rank 0) needs the metric: the others may
+        // validate nothing.
         if !checkpoints.writes_checkpoints() {
             return Ok(Decision::CONTINUE);
         }
+        let value = context
+            .metrics
+            .require(&self.monitor, "BestCheckpoints", epoch)?;
         let ranked = self.ranked()?;
         if !self.qualifies(value, &ranked) {
             return Ok(Decision::CONTINUE);

@@ -265,6 +265,10 @@ where
             scaler.load_state(saved);
         }
         self.host_rng = rng_from_state(&state.host_rng);
+        if let Some(membership) = &self.membership {
+            // Rank 0's state, on this replica's own stream (as `join` set it).
+            self.host_rng.set_stream(u64::from(membership.rank));
+        }
         self.counters = state.counters;
         // The window of skipped steps is not saved: judged again once it has refilled.
         self.monitor = crate::skip_monitor::SkipMonitor::resumed_after(

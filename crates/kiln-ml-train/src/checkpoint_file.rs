@@ -239,8 +239,9 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
 }
 
 /// Sets aside the checkpoints in `directory` of steps after `loaded`, the step a run resumed
-/// from, before that run writes its first checkpoint: one of the same step as an abandoned
-/// file would otherwise replace it rather than leave it set aside.
+/// from, when that run starts: one of its files of the same step as an abandoned one would
+/// otherwise replace it, and a crash before its first write would resume from the abandoned
+/// newest.
 pub(crate) fn set_aside_after(directory: &Path, loaded: u64) -> Result<Vec<PathBuf>> {
     let later = checkpoints_by_step(directory)?
         .into_iter()

@@ -71,9 +71,12 @@ impl DataParallel {
     /// Runs `train` once per device, each on its own thread, as replicas of one data-parallel
     /// run, and returns what each returned, in local-rank order.
     ///
-    /// If a replica fails or panics, the others are released from any collective operation
-    /// they wait in (they fail too) and the first failure is returned as
-    /// [`Error::ReplicaFailed`] naming its rank. Multi-node runs in one process take turns.
+    /// If a replica fails or panics, its failure is printed at once on stderr; on one node
+    /// the others are released from any collective operation they wait in (they fail too) and
+    /// the first failure is returned as [`Error::ReplicaFailed`] naming its rank. Across nodes,
+    /// replicas waiting on another node's collective cannot always be released (burn-collective
+    /// has no abort; see docs/training.md), so `run` may not return: stderr says why. Multi-node
+    /// runs in one process take turns.
     ///
     /// Every replica thread works on the fusion stream of the thread that calls `run`
     /// (`StreamId`), so tensors made before the run, and the sums the replicas exchange, stay
@@ -153,6 +156,12 @@ impl DataParallel {
                     Ok(value) => results.push((rank, value)),
                     Err(message) => {
                         if failures.is_empty() {
+                            // Said at once, on stderr whatever logger is installed: across
+                            // nodes the other replicas may never be released (see below), and
+                            // `run` would then never return it.
+                            eprintln!(
+                                "error: kiln-ml-train: data-parallel rank {rank} failed: {message}"
+                            );
                             group.abort(&format!("rank {rank} failed"));
                             if self.node.is_some() {
                                 release_waiting::<B>();

@@ -80,9 +80,14 @@ impl Callback for EarlyStopping {
     fn on_epoch_end(
         &mut self,
         context: &EpochContext<'_>,
-        _checkpoints: &dyn CheckpointWriter,
+        checkpoints: &dyn CheckpointWriter,
     ) -> Result<Decision> {
         let epoch = context.summary.epoch;
+        // A data-parallel replica other than rank 0 may validate nothing: it follows rank 0's
+        // decision, which `fit` gives every replica.
+        if context.metrics.get(&self.monitor).is_none() && !checkpoints.writes_checkpoints() {
+            return Ok(Decision::CONTINUE);
+        }
         let value = context
             .metrics
             .require(&self.monitor, "EarlyStopping", epoch)?;

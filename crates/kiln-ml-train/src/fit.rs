@@ -10,6 +10,7 @@ use kiln_ml_core::{Event, Fingerprint, Phase, Position, PositionedBatches};
 
 use crate::callback::{CheckpointWriter, Decision, EpochContext};
 use crate::first_step::FirstStepWatch;
+use crate::grad_sync::all_reduce_counts;
 use crate::{EpochSummary, Error, FitSummary, Result, TrainStep, Trainer};
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -84,6 +85,9 @@ where
         let mut diverged = false;
         let steps_before_fit = self.counters.optimizer_steps;
         self.callback_states.hand_out(&mut self.callbacks)?;
+        // Before the first step: a rolled-back run that dies before its first checkpoint then
+        // resumes from the file it rolled back to, not from the abandoned newest.
+        self.set_aside_abandoned_checkpoints()?;
         while self.epoch < self.config.num_epochs {
             let epoch = self.epoch;
             // An epoch a checkpoint was taken in (after its last batch, say) is opened again
@@ -124,6 +128,7 @@ where
             // After the callback, so what it draws from the host RNG is in the checkpoint.
             on_epoch_end(self, &summary)?;
             let decision = self.run_callbacks(&summary)?;
+            let decision = self.agree_on(decision)?;
             // A stopped run writes its last checkpoint whatever the schedule, as does one a
             // callback asked for; a diverged one writes none, so pruning keeps the good ones.
             if decision.diverged {
@@ -203,6 +208,28 @@ where
         self.callbacks = callbacks;
         self.epoch_metrics = metrics;
         result.map(|()| asked)
+    }
+
+    /// Under data parallelism, what any replica's callbacks decided, on every replica (one
+    /// all-reduce of the decision's flags, read back): early stopping on rank 0's validation
+    /// stops every replica after the same epoch, as they must (each makes the same collective
+    /// calls). A single trainer's decision is its own.
+    fn agree_on(&mut self, decision: Decision) -> Result<Decision> {
+        let Some(membership) = &self.membership else {
+            return Ok(decision);
+        };
+        self.counters.readbacks += 1;
+        let flags = [decision.stop, decision.checkpoint, decision.diverged].map(u64::from);
+        let [stop, checkpoint, diverged] =
+            all_reduce_counts::<B::InnerBackend, 3>(&membership.collective, flags, &self.device)
+                .map_err(|message| {
+                    membership.error("the all-reduce of the callbacks' decisions", message)
+                })?;
+        Ok(Decision {
+            stop: stop > 0.0,
+            checkpoint: checkpoint > 0.0,
+            diverged: diverged > 0.0,
+        })
     }
 
     /// After an optimizer step of a `fit`: when it is the first (the watch still runs), waits
@@ -361,6 +388,23 @@ where
         Ok(())
     }
 
+    /// After a rollback (a `load_checkpoint` of an earlier step than the directory's newest),
+    /// sets the later steps' checkpoints aside, once, where this trainer writes checkpoints: the
+    /// run's own files of those steps must not replace theirs, and `latest_checkpoint` must not
+    /// take them for this run's.
+    fn set_aside_abandoned_checkpoints(&mut self) -> Result<()> {
+        let Some(checkpoint) = &self.config.checkpoint else {
+            return Ok(());
+        };
+        if !self.writes_checkpoints() {
+            return Ok(());
+        }
+        if let Some(loaded) = self.resumed_from_step.take() {
+            crate::checkpoint_file::set_aside_after(&checkpoint.directory, loaded)?;
+        }
+        Ok(())
+    }
+
     /// Writes a checkpoint into the configured directory (when checkpoints are on) and prunes
     /// the oldest past `keep_last`.
     fn write_scheduled_checkpoint(&mut self) -> Result<()> {
@@ -376,11 +420,8 @@ where
         let keep = checkpoint.keep_last as usize;
         let step = self.counters.optimizer_steps;
         let path = directory.join(crate::checkpoint_file::file_name(step));
-        // A rolled-back run sets the abandoned trajectory's files aside before it writes, so
-        // its first file does not replace one of theirs of the same step.
-        if let Some(loaded) = self.resumed_from_step.take() {
-            crate::checkpoint_file::set_aside_after(&directory, loaded)?;
-        }
+        // Done when `fit` starts; here for a rollback loaded while it ran (a callback's).
+        self.set_aside_abandoned_checkpoints()?;
         self.save_checkpoint(&path)?;
         self.last_scheduled_checkpoint = Some(step);
         crate::checkpoint_file::prune(&directory, keep, step).map(drop)

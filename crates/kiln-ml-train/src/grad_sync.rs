@@ -74,25 +74,29 @@ pub(crate) fn all_reduce_window<B: AutodiffBackend, M: AutodiffModule<B>>(
     })
 }
 
-/// The sum over every replica of one count, read back to the host (one readback).
-pub(crate) fn all_reduce_count<B: Backend>(
+/// The sums over every replica of a few counts, read back to the host (one readback).
+pub(crate) fn all_reduce_counts<B: Backend, const N: usize>(
     collective: &Collective,
-    count: u64,
+    counts: [u64; N],
     device: &B::Device,
-) -> Result<f64, String> {
-    let local = Tensor::<B, 1>::from_data(TensorData::new(vec![count as f32], [1]), device);
-    collective
+) -> Result<[f64; N], String> {
+    let values = counts.iter().map(|&count| count as f32).collect();
+    let local = Tensor::<B, 1>::from_data(TensorData::new(values, [N]), device);
+    let sums: Vec<f64> = collective
         .sum(vec![local])?
         .into_data()
         .iter::<f64>()
-        .next()
-        .ok_or_else(|| "the device returned no value".to_owned())
+        .collect();
+    sums.try_into()
+        .map_err(|sums: Vec<f64>| format!("the device returned {} values for {N}", sums.len()))
 }
 
 /// Gives every replica the root replica's float parameters: an all-reduce (sum) to which the
-/// root sends its weights and the others zeros, exact in floating point (x + 0 = x), and the
-/// one collective burn-collective 0.21 runs across nodes (its global broadcast is
-/// unimplemented). Returns the module with the root's weights.
+/// root sends its weights and the others negative zeros, exact in floating point (x + (−0) = x
+/// for every x, −0 included, where +0 would turn a −0 weight into +0), and the one collective
+/// burn-collective 0.21 runs across nodes (its global broadcast is unimplemented). Every
+/// replica, the root included, takes the sum it received, so all hold the same bits even where
+/// a reduction would start from +0. Returns the module with the root's weights.
 pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: M,
     collective: &Collective,
@@ -106,13 +110,13 @@ pub(crate) fn broadcast_params<B: AutodiffBackend, M: AutodiffModule<B>>(
         let sent = if is_root {
             bucket
         } else {
-            bucket.iter().map(Tensor::zeros_like).collect()
+            bucket
+                .iter()
+                .map(|piece| Tensor::full(piece.shape(), -0.0, &piece.device()))
+                .collect()
         };
         let value = collective.sum(sent)?;
         received.extend(split(value, &sizes));
-    }
-    if is_root {
-        return Ok(module);
     }
     let mut replace = ReplaceParams::<B> {
         pieces: received.into_iter(),

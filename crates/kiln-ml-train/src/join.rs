@@ -5,7 +5,7 @@ use burn::optim::Optimizer;
 use burn::optim::lr_scheduler::LrScheduler;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::grad_sync::broadcast_params;
+use crate::grad_sync::{all_reduce_counts, broadcast_params};
 use crate::replica::Membership;
 use crate::{Error, Replica, Result, TrainStep, Trainer};
 
@@ -60,6 +60,7 @@ where
             rank: replica.rank(),
             world: replica.world(),
         };
+        self.check_agreement(&membership)?;
         // A clone shares the tensors; the trainer keeps its model if the broadcast fails.
         let model = broadcast_params::<B, M>(
             self.model().clone(),
@@ -69,8 +70,46 @@ where
         .map_err(|message| membership.error("the broadcast of rank 0's weights", message))?;
         self.model = Some(model);
         self.model_generation = crate::step_hints::fresh_generation();
+        // Each replica draws its own host randomness (augmentation of its own batches): the
+        // rank's ChaCha stream, so rank 0 draws what a single trainer would.
+        self.host_rng.set_stream(u64::from(membership.rank));
         self.membership = Some(membership);
         Ok(())
+    }
+
+    /// Fails unless every replica built the same trainer: the settings that shape the update
+    /// and the collective calls, and the parameter shapes (one all-reduce; see
+    /// `agreement.rs`), and counts the world this replica was told.
+    fn check_agreement(&self, membership: &Membership) -> Result<()> {
+        let config = &self.config;
+        let shared = (
+            config.num_epochs,
+            config.precision,
+            &config.precision_policy,
+            &config.loss_scaler,
+            config.accumulation_steps,
+            config.loss_normalization,
+            config.clipping,
+            config.max_steps,
+            config.max_batches_per_epoch,
+            config.overfit_batches,
+            crate::param_shapes::param_shapes::<B, M>(self.model()),
+        );
+        let bytes = serde_json::to_vec(&shared).expect("the settings serialize");
+        let fingerprint = kiln_ml_core::Fingerprint::of_bytes(&bytes).as_u128() as u64;
+        let sums = all_reduce_counts::<B::InnerBackend, { crate::agreement::VALUES }>(
+            &membership.collective,
+            crate::agreement::values(fingerprint),
+            &self.device,
+        )
+        .map_err(|message| {
+            membership.error("the all-reduce that checks the replicas agree", message)
+        })?;
+        crate::agreement::check(&sums, fingerprint, membership.world).map_err(|reason| {
+            Error::InvalidDataParallel {
+                reason: format!("replica {}: {reason}", membership.rank),
+            }
+        })
     }
 
     /// [`join`](Self::join), builder style.

@@ -92,6 +92,7 @@
 //! # Ok::<(), kiln_ml_train::Error>(())
 //! ```
 
+mod agreement;
 mod best_checkpoints;
 mod buckets;
 mod burn_adam_state;

@@ -12,7 +12,7 @@ use burn::tensor::backend::AutodiffBackend;
 use kiln_ml_core::{Event, Phase, Position, PositionedBatches, StepReport, panic_message};
 
 use crate::clipping::read_scalar;
-use crate::grad_sync::all_reduce_count;
+use crate::grad_sync::all_reduce_counts;
 use crate::{BatchOutcome, Error, LossNormalization, Result, TrainStep, Trainer, rng};
 
 impl<B, M, O, S> Trainer<B, M, O, S>
@@ -140,14 +140,15 @@ where
             None => u64::from(self.window.micro_batches),
             Some(membership) => {
                 self.counters.readbacks += 1;
-                all_reduce_count::<B::InnerBackend>(
+                let [pending] = all_reduce_counts::<B::InnerBackend, 1>(
                     &membership.collective,
-                    u64::from(self.window.micro_batches),
+                    [u64::from(self.window.micro_batches)],
                     &self.device,
                 )
                 .map_err(|message| {
                     membership.error("the all-reduce of the pending micro-batches", message)
-                })? as u64
+                })?;
+                pending as u64
             }
         };
         if pending == 0 {

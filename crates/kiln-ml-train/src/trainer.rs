@@ -175,7 +175,8 @@ where
     }
 
     /// Adds a callback; [`fit_with`](Self::fit_with) runs it after every epoch, in the order
-    /// added.
+    /// added, those that [keep checkpoints](crate::Callback::keeps_checkpoints) of their own
+    /// after all the others.
     pub fn add_callback(&mut self, callback: impl Callback + 'static) {
         self.callbacks.push(Box::new(callback));
     }
@@ -333,7 +334,9 @@ where
     }
 
     /// The trainer's host RNG (seeded from `config.seed`, saved in checkpoints): use it for
-    /// data augmentation so a resumed run draws the same numbers.
+    /// data augmentation so a resumed run draws the same numbers. Under data parallelism each
+    /// replica draws from its own stream (the rank's; rank 0's is a single trainer's), so the
+    /// replicas do not augment their batches alike; a resume gives each its stream again.
     pub fn rng(&mut self) -> &mut ChaCha8Rng {
         &mut self.host_rng
     }

@@ -1,10 +1,13 @@
 //! Data parallelism on burn-collective: N replicas at batch b follow one device at batch N·b,
 //! an overflow on any replica skips the step on all, and a failing replica stops the run.
 
+use burn::module::{Module, ModuleMapper, Param};
 use burn::optim::SgdConfig;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use kiln_ml_train::{
-    DataParallel, Error, GradientClipping, LossScalerConfig, Precision, Replica, TrainerConfig,
+    BestCheckpoints, DataParallel, EarlyStopping, Error, GradientClipping, LossScalerConfig, Mode,
+    Precision, Replica, TrainerConfig,
 };
 
 use crate::backend_tests;
@@ -22,6 +25,10 @@ backend_tests!(
     a_failing_replica_stops_the_others,
     a_replica_with_an_empty_last_window_steps_with_the_others,
     a_replica_that_stops_early_fails_the_run,
+    joining_copies_the_roots_weights_bit_for_bit,
+    early_stopping_on_rank_0s_validation_stops_every_replica,
+    replicas_draw_their_own_host_randomness,
+    replicas_that_built_different_trainers_are_refused_at_join,
 );
 
 fn config(precision: Precision) -> TrainerConfig {
@@ -303,4 +310,124 @@ fn a_replica_that_stops_early_fails_the_run<B: AutodiffBackend>(device: B::Devic
     });
     let error = refused.unwrap_err().to_string();
     assert!(error.contains("join before training"), "{error}");
+}
+
+/// Every weight times −0: a positive one becomes −0, a negative one +0.
+struct TimesNegativeZero;
+
+impl<B: Backend> ModuleMapper<B> for TimesNegativeZero {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|tensor| tensor.mul_scalar(-0.0))
+    }
+}
+
+/// Joining gives every replica the root's weights bit for bit, negative zeros included (a sum
+/// with +0 from the other replicas would make them +0 there and leave them −0 on the root).
+fn joining_copies_the_roots_weights_bit_for_bit<B: AutodiffBackend>(device: B::Device) {
+    let bits = DataParallel::local()
+        .run::<B, _, _>(vec![device; REPLICAS], |replica| {
+            let mut model = model::<B>(replica.device(), 1 + u64::from(replica.rank()));
+            if replica.rank() == 0 {
+                model = model.map(&mut TimesNegativeZero);
+            }
+            let trainer = config(Precision::F32)
+                .init(
+                    model,
+                    SgdConfig::new().init(),
+                    0.1,
+                    replica.device().clone(),
+                )?
+                .joined(&replica)?;
+            Ok(params(trainer.model())
+                .iter()
+                .map(|weight| weight.to_bits())
+                .collect::<Vec<u32>>())
+        })
+        .unwrap();
+    assert!(
+        bits[0].contains(&(-0.0f32).to_bits()),
+        "the root has −0 weights"
+    );
+    assert_eq!(bits[0], bits[1]);
+}
+
+/// Validation on rank 0 only, as docs/training.md advises: early stopping there stops every
+/// replica after the same epoch (the decision is all-reduced), and the replicas without the
+/// metric neither fail nor stop alone; `BestCheckpoints` on every rank writes on rank 0 only.
+fn early_stopping_on_rank_0s_validation_stops_every_replica<B: AutodiffBackend>(device: B::Device) {
+    const SCORES: [f64; 5] = [1.0, 0.5, 0.6, 0.7, 0.8];
+    let dir = tempfile::tempdir().unwrap();
+    let best_dir = dir.path().to_path_buf();
+    let stopped = DataParallel::local()
+        .run::<B, _, _>(vec![device; REPLICAS], |replica| {
+            let mut trainer = joined_trainer::<B>(
+                &replica,
+                config(Precision::F32).with_num_epochs(SCORES.len() as u64),
+                1,
+            );
+            trainer.add_callback(EarlyStopping::new("valid/score", Mode::Min).with_patience(1));
+            trainer.add_callback(BestCheckpoints::new(&best_dir, "valid/score", Mode::Min, 1));
+            let offset = replica.rank() as usize * ROWS_PER_REPLICA;
+            let batches = shard_batches::<B>(offset, ROWS_PER_REPLICA, replica.device());
+            let batches = batches[..2 * ACCUMULATION as usize].to_vec();
+            let is_main = replica.is_main();
+            let summary = trainer.fit_with(
+                |position| plain(batches.clone(), position),
+                |trainer, epoch| {
+                    if is_main {
+                        trainer.log_metric("valid/score", SCORES[epoch.epoch as usize]);
+                    }
+                    Ok(())
+                },
+            )?;
+            Ok(summary.stopped_early)
+        })
+        .unwrap();
+    // Epoch 2 (0.6) is the first without improvement on 0.5: patience 1 stops there.
+    assert_eq!(stopped, vec![Some(2), Some(2)]);
+    let best = BestCheckpoints::new(dir.path(), "valid/score", Mode::Min, 1);
+    assert_eq!(best.best().unwrap().unwrap().value, 0.5);
+}
+
+/// Each replica draws its own host randomness (augmentation): rank 0 what a single trainer
+/// draws, rank 1 another stream.
+fn replicas_draw_their_own_host_randomness<B: AutodiffBackend>(device: B::Device) {
+    use rand::RngCore;
+    let single = sgd_trainer::<B>(&device, 0.1, config(Precision::F32))
+        .rng()
+        .next_u64();
+    let draws = DataParallel::local()
+        .run::<B, _, _>(vec![device; REPLICAS], |replica| {
+            let mut trainer = joined_trainer::<B>(&replica, config(Precision::F32), 1);
+            Ok(trainer.rng().next_u64())
+        })
+        .unwrap();
+    assert_eq!(draws[0], single);
+    assert_ne!(draws[0], draws[1]);
+}
+
+/// A replica built with another accumulation than the others would apply other updates: the
+/// join refuses it on every replica, saying what must agree.
+fn replicas_that_built_different_trainers_are_refused_at_join<B: AutodiffBackend>(
+    device: B::Device,
+) {
+    let result = DataParallel::local().run::<B, _, _>(vec![device; REPLICAS], |replica| {
+        let accumulation = ACCUMULATION + replica.rank();
+        config(Precision::F32)
+            .with_accumulation_steps(accumulation)
+            .init(
+                model::<B>(replica.device(), 1),
+                SgdConfig::new().init(),
+                0.1,
+                replica.device().clone(),
+            )?
+            .joined(&replica)
+            .map(drop)
+    });
+    match result {
+        Err(Error::ReplicaFailed { message, .. }) => {
+            assert!(message.contains("built different trainers"), "{message}")
+        }
+        other => panic!("expected the join to refuse, got {other:?}"),
+    }
 }

@@ -443,9 +443,10 @@ fn max_steps_on_an_epochs_last_batch_still_ends_the_epoch() {
     assert_eq!((ends, short.epoch()), (0, 0));
 }
 
-/// A trainer rolled back with `load_checkpoint` writes its next trajectory's checkpoints, even
-/// at a step it wrote before the rollback, after setting the abandoned trajectory's file of
-/// that step aside (it used to replace it).
+/// A trainer rolled back with `load_checkpoint` sets the abandoned trajectory's later files aside
+/// when `fit` starts: a run that dies before its first checkpoint resumes from the file it
+/// rolled back to, and its checkpoint of a step it wrote before the rollback does not replace
+/// the abandoned one (it used to).
 #[test]
 fn a_rolled_back_trainer_writes_the_steps_it_wrote_before() {
     type B = burn::backend::Autodiff<burn::backend::Flex>;
@@ -460,8 +461,27 @@ fn a_rolled_back_trainer_writes_the_steps_it_wrote_before() {
     let mut run = trainer::<B>(&device, stopping, 1);
     run.fit(|p| epoch_data(&batches, p)).unwrap();
     let abandoned_step_4 = std::fs::read(dir.path().join("step-000000000004.kiln")).unwrap();
-    run.load_checkpoint(&dir.path().join("step-000000000003.kiln"))
-        .unwrap();
+    let rolled_back_to = dir.path().join("step-000000000003.kiln");
+    run.load_checkpoint(&rolled_back_to).unwrap();
+    // The rolled-back run dies at its first batch, before it writes anything.
+    let dies = true;
+    run.fit(|p| {
+        epoch_data(&other, p).and_then(|data| {
+            if dies {
+                Err(kiln_ml_core::Error::InvalidConfig(
+                    "the process died".to_owned(),
+                ))
+            } else {
+                Ok(data)
+            }
+        })
+    })
+    .unwrap_err();
+    assert_eq!(
+        latest_checkpoint(dir.path()).unwrap(),
+        Some(rolled_back_to.clone())
+    );
+    run.load_checkpoint(&rolled_back_to).unwrap();
     let recorder = common::recorder();
     run.add_observer(recorder.clone());
     run.fit(|p| epoch_data(&other, p)).unwrap();
