@@ -53,6 +53,18 @@ pub struct BatchSizeFinder {
     probe: Option<Arc<dyn MemoryProbe>>,
     #[serde(skip)]
     child: Option<ChildCommand>,
+    #[serde(skip)]
+    on_trial: Option<OnTrial>,
+}
+
+/// What [`BatchSizeFinder::on_trial`] calls with each trial as it ends.
+#[derive(Clone)]
+struct OnTrial(Arc<dyn Fn(&Trial) + Send + Sync>);
+
+impl std::fmt::Debug for OnTrial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnTrial(..)")
+    }
 }
 
 /// What a search found, with every trial.
@@ -97,6 +109,7 @@ impl BatchSizeFinder {
             budget_bytes: None,
             probe: None,
             child: None,
+            on_trial: None,
         }
     }
 
@@ -206,6 +219,14 @@ impl BatchSizeFinder {
         Ok(())
     }
 
+    /// Calls `report` with each trial as it ends (of [`run`](Self::run), its variants and
+    /// [`try_size`](Self::try_size)): progress for a search whose trials take seconds to
+    /// minutes each, as Lightning's tuner prints each one.
+    pub fn on_trial(mut self, report: impl Fn(&Trial) + Send + Sync + 'static) -> Self {
+        self.on_trial = Some(OnTrial(Arc::new(report)));
+        self
+    }
+
     /// Searches, running each trial through `trial(batch_size, steps)`, which must run that
     /// many full training steps at that batch size (and sync the device, so failures surface
     /// inside the trial). In child mode this process only starts children; `trial` is what
@@ -303,6 +324,9 @@ impl BatchSizeFinder {
             "batch size {size}: {}",
             if done.fits { "fits" } else { "out of memory" }
         );
+        if let Some(OnTrial(report)) = &self.on_trial {
+            report(&done);
+        }
         Ok(done)
     }
 

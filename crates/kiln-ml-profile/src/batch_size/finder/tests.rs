@@ -61,6 +61,27 @@ fn binsearch_lands_within_its_margin_of_the_budget_limit() {
 }
 
 #[test]
+fn each_trial_is_reported_as_it_ends() {
+    let device = device();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let report = BatchSizeFinder::new(FinderMode::BinSearch)
+        .probe(device.clone())
+        .budget_bytes(5000)
+        .on_trial({
+            let seen = Arc::clone(&seen);
+            move |trial| seen.lock().unwrap().push((trial.batch_size, trial.fits))
+        })
+        .run(|batch, _| step(&device, batch))
+        .unwrap();
+    let reported: Vec<(usize, bool)> = report
+        .trials
+        .iter()
+        .map(|trial| (trial.batch_size, trial.fits))
+        .collect();
+    assert_eq!(*seen.lock().unwrap(), reported);
+}
+
+#[test]
 fn power_and_shrink_and_the_dataset_cap() {
     let device = device();
     let power = BatchSizeFinder::new(FinderMode::Power)
