@@ -363,5 +363,14 @@ fn main() -> anyhow::Result<()> {
         });
         args.output.write(&json)?;
     }
+    // The accuracy targets depend on the device; the overflow's skip-and-backoff does not.
+    ensure!(
+        overflow.skipped == 1 && overflow.params_unchanged && overflow.scheduler_unchanged,
+        "the injected f16 overflow was not skipped cleanly: {} step(s) skipped, parameters \
+         unchanged {}, LR schedule unchanged {}",
+        overflow.skipped,
+        overflow.params_unchanged,
+        overflow.scheduler_unchanged
+    );
     Ok(())
 }

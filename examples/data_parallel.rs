@@ -315,5 +315,15 @@ fn main() -> anyhow::Result<()> {
         });
         args.output.write(&json)?;
     }
+    // What the example checks is correctness: a miss fails the run, once the figures are out.
+    ensure!(
+        report.replicas_agree,
+        "the replicas' parameters differ: they must agree bit for bit"
+    );
+    ensure!(
+        report.max_abs_param_diff <= target,
+        "the replicas drifted from one device at the global batch: {:.3e} > {target:.0e}",
+        report.max_abs_param_diff
+    );
     Ok(())
 }

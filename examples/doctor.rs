@@ -23,8 +23,14 @@ fn main() -> anyhow::Result<()> {
     let report = doctor(&DoctorOptions::new(kiln_ml::backend::compiled_backends()));
     print!("{}", report.to_text());
     // What kiln's own device choice makes of the same machine (the same rule as the advice).
-    let selection = kiln_ml::backend::select(kiln_ml::backend::DevicePreference::Auto)?;
-    println!("\nkiln_ml::backend::select(auto): {selection}");
+    // Its failure (a bad KILN_* setting, say) is part of the diagnosis: the report is written
+    // first, then the error returned.
+    let selection = kiln_ml::backend::select(kiln_ml::backend::DevicePreference::Auto);
+    match &selection {
+        Ok(selection) => println!("\nkiln_ml::backend::select(auto): {selection}"),
+        Err(error) => println!("\nkiln_ml::backend::select(auto) failed: {error}"),
+    }
     args.output.write(&report)?;
+    selection?;
     Ok(())
 }

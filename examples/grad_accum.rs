@@ -30,8 +30,8 @@ use rand_chacha::ChaCha8Rng;
 #[derive(Parser, Debug, Clone)]
 #[command(version)]
 struct Args {
-    /// Micro-batches per optimizer step (K).
-    #[arg(long, default_value_t = 4)]
+    /// Micro-batches per optimizer step (K, at least 2).
+    #[arg(long, default_value_t = 4, value_parser = kiln_ml_examples::cli::at_least_two::<usize>)]
     accumulation: usize,
     /// Rows per micro-batch (b).
     #[arg(long, default_value_t = 16, value_parser = kiln_ml_examples::cli::at_least_one::<usize>)]
@@ -227,6 +227,7 @@ fn main() -> anyhow::Result<()> {
     );
     if args.output.json.is_some() {
         let json = serde_json::json!({
+            "device": selection.name(),
             "accumulation_steps": args.accumulation,
             "micro_batch_rows": args.micro_batch,
             "optimizer_steps": report.optimizer_steps,
@@ -238,5 +239,10 @@ fn main() -> anyhow::Result<()> {
         });
         args.output.write(&json)?;
     }
+    ensure!(
+        report.max_abs_param_diff <= 1e-5,
+        "accumulation drifted from the large batch: {:.3e} > 1e-5",
+        report.max_abs_param_diff
+    );
     Ok(())
 }

@@ -34,8 +34,8 @@ struct Args {
     /// Total number of samples (rows) across all files.
     #[arg(long, default_value_t = 900_000, value_parser = kiln_ml_examples::cli::at_least_one::<u64>)]
     samples: u64,
-    /// Batch size B the measures use.
-    #[arg(long, default_value_t = 64)]
+    /// Batch size B the measures use (at least 2: they compare samples within a batch).
+    #[arg(long, default_value_t = 64, value_parser = kiln_ml_examples::cli::at_least_two::<usize>)]
     batch: usize,
     /// Blocks open at once (K) for block_shuffle; default: BlockShuffleConfig's.
     #[arg(long)]

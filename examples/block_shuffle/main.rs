@@ -220,6 +220,10 @@ fn main() -> Result<()> {
         );
         args.output.write(&figures)?;
     }
+    anyhow::ensure!(
+        caching.warm_equals_cold,
+        "the cached samples differ from freshly computed ones"
+    );
     Ok(())
 }
 

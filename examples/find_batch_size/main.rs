@@ -15,8 +15,7 @@
 //!
 //! Run: `cargo run --release --example find_batch_size -- --help`
 
-// The shared model; its loader batcher is the `diagnose` example's.
-#[allow(dead_code)]
+// How the true maximum is established apart from the search.
 mod true_max;
 
 use std::sync::Arc;
@@ -120,6 +119,7 @@ impl BackendTask for Find {
             train_steps::<B>(model, batch, steps, &device)
         };
         let mut finder = BatchSizeFinder::new(args.mode.into())
+            .on_trial(print_trial)
             .steps_per_trial(args.steps_per_trial)
             .dataset_size(args.dataset_size)
             .probe(Arc::clone(&self.probe))
@@ -145,6 +145,21 @@ impl BackendTask for Find {
             reference_trials,
         })
     }
+}
+
+/// One row of the trial table.
+fn print_trial(trial: &Trial) {
+    println!(
+        "{:>8}  {:>5}  {:>12}  {:>8.2}  {}",
+        trial.batch_size,
+        if trial.fits { "yes" } else { "no" },
+        trial.peak_bytes.map_or("-".to_owned(), |bytes| format!(
+            "{:.1}",
+            bytes as f64 / 1048576.0
+        )),
+        trial.seconds,
+        trial.reason.as_deref().unwrap_or("")
+    );
 }
 
 /// Builds a trainer around `model` and runs `steps` steps at batch size `batch`.
@@ -198,29 +213,16 @@ fn main() -> anyhow::Result<()> {
     println!("probe      {}", probe.name());
     println!("budget     {} MiB", args.budget_mb);
     let started = Instant::now();
+    // Each trial is printed as it ends (the search's, then the true maximum's reference trials).
+    println!(
+        "{:>8}  {:>5}  {:>12}  {:>8}  reason",
+        "batch", "fits", "peak MiB", "seconds"
+    );
     let outcome = selection.run(Find {
         args: args.clone(),
         probe: Arc::clone(&probe),
     })?;
     let seconds = started.elapsed().as_secs_f64();
-
-    println!(
-        "{:>8}  {:>5}  {:>12}  {:>8}  reason",
-        "batch", "fits", "peak MiB", "seconds"
-    );
-    for trial in &outcome.search.trials {
-        println!(
-            "{:>8}  {:>5}  {:>12}  {:>8.2}  {}",
-            trial.batch_size,
-            if trial.fits { "yes" } else { "no" },
-            trial.peak_bytes.map_or("-".to_owned(), |bytes| format!(
-                "{:.1}",
-                bytes as f64 / 1048576.0
-            )),
-            trial.seconds,
-            trial.reason.as_deref().unwrap_or("")
-        );
-    }
     let search = &outcome.search;
     println!(
         "found      {} ({:?}; largest fitting {}, margin {:.0}%) in {} trials",
@@ -262,6 +264,10 @@ fn main() -> anyhow::Result<()> {
         });
         args.output.write(&json)?;
     }
+    ensure!(
+        within_margin != Some(false),
+        "the finder's answer is not within its mode's tolerance of the true maximum"
+    );
     Ok(())
 }
 

@@ -12,7 +12,8 @@
 //!
 //! Run: `cargo run --release --example object_store -- --dir DATA --write` (writes the data),
 //! then `cargo run --release --example object_store -- --dir DATA --url s3://bucket/data/
-//! --store-option aws_endpoint=http://127.0.0.1:9000 --json out.json`.
+//! --store-option aws_endpoint=http://127.0.0.1:9000 --store-option aws_allow_http=true
+//! --json out.json` (plain HTTP must be allowed by name, as `benches/object_store/run.sh` does).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -60,8 +61,8 @@ struct Args {
     /// Loader worker threads (default: the available parallelism, at most 8).
     #[arg(long, value_parser = at_least_one::<usize>)]
     workers: Option<usize>,
-    /// Batches the loader assembles ahead of the consumer (deep: the batches are small; see
-    /// the `block_shuffle` example).
+    /// Batches the loader assembles ahead of the consumer (deep, as an object store's latency
+    /// asks; the loader's own default sizes the window by `prefetch_bytes`, docs/data.md).
     #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>)]
     prefetch_batches: usize,
     /// Blocks the loader reads ahead of the batches it assembles: for an object store, the
@@ -107,14 +108,17 @@ fn main() -> Result<()> {
         }
         bail!("nothing to do: give --url (and --dir), or --write");
     };
-    let mut remote_builder = ParquetSource::builder().url(url);
+    // Only the columns the batches use, named: a dataset without them (not one `--write`
+    // produces) fails here, naming the column and the file, not in a loader worker.
+    let columns = || std::iter::once("id").chain(FEATURES);
+    let mut remote_builder = ParquetSource::builder().url(url).columns(columns());
     for option in &args.store_options {
         let (key, value) = option
             .split_once('=')
             .with_context(|| format!("--store-option {option:?} is not KEY=VALUE"))?;
         remote_builder = remote_builder.store_option(key, value);
     }
-    let local_builder = ParquetSource::builder().dir(&args.dir);
+    let local_builder = ParquetSource::builder().dir(&args.dir).columns(columns());
     let started = Instant::now();
     let remote = remote_builder.clone().build()?;
     let remote_open_seconds = started.elapsed().as_secs_f64();
@@ -148,8 +152,9 @@ fn main() -> Result<()> {
     // batch needs).
     let collate = || {
         columnar_fn(|columns: RecordBatch| {
-            let ids = int_vector(&columns, "id").expect("an id column");
-            let features = float_matrix(&columns, &FEATURES).expect("16 feature columns");
+            // Projected and checked when the sources were built.
+            let ids = int_vector(&columns, "id").expect("the projected id column");
+            let features = float_matrix(&columns, &FEATURES).expect("the projected features");
             (ids, features)
         })
     };

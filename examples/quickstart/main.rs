@@ -144,7 +144,12 @@ struct Args {
     early_stopping_patience: Option<u32>,
     /// The least fall of validation minADE@6, in metres, that counts as an improvement for
     /// `--early-stopping-patience`.
-    #[arg(long, default_value_t = 0.0, value_parser = kiln_ml_examples::cli::non_negative_finite)]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_parser = kiln_ml_examples::cli::non_negative_finite,
+        requires = "early_stopping_patience"
+    )]
     early_stopping_min_delta: f64,
     /// Draw the starting weights with flex's generator on the host (the CPU run's weights)
     /// and copy them to the device, instead of the device's own generator.
@@ -737,6 +742,10 @@ fn main() -> anyhow::Result<()> {
                 && args.ema.is_none()),
         "--trainer plain-burn has no loggers, callbacks, LR finder or EMA (--log-dir, \
          --early-stopping-patience, --lr-find and --ema are kiln-ml-train's)"
+    );
+    ensure!(
+        args.trainer == TrainerKind::Kiln || args.checkpoint_dir.is_none(),
+        "--trainer plain-burn writes no checkpoints (--checkpoint-dir is kiln-ml-train's)"
     );
     ensure!(
         args.trainer == TrainerKind::Kiln || args.optimizer == OptimizerKind::Adam,

@@ -271,10 +271,24 @@ fn main() -> Result<()> {
     ] {
         figures.insert(key.to_owned(), value);
     }
+    // A `false` check fails the run once the figures are written (CI reads them too).
+    let failed_checks = figures
+        .iter()
+        .filter(|(key, value)| {
+            (key.ends_with("_every_sample_once") || key.ends_with("_batches_match_plan"))
+                && value.as_bool() == Some(false)
+        })
+        .map(|(key, _)| key.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
     args.output.write(&Value::Object(figures))?;
     ensure!(
         resume_exact,
         "the resumed length-aware epoch differs from the uninterrupted one"
+    );
+    ensure!(
+        failed_checks.is_empty(),
+        "the loader's epochs missed or repeated samples, or strayed from their plans: {failed_checks}"
     );
     Ok(())
 }

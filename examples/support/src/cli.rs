@@ -77,6 +77,20 @@ where
     Ok(value)
 }
 
+/// A clap value parser for counts that must be at least 2 (a batch that pairs samples, an
+/// accumulation that accumulates).
+pub fn at_least_two<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + From<u8>,
+    T::Err: std::fmt::Display,
+{
+    let value: T = text.parse().map_err(|error| format!("{error}"))?;
+    if value < T::from(2) {
+        return Err("must be at least 2".to_owned());
+    }
+    Ok(value)
+}
+
 /// A clap value parser for finite values above 0 (a learning rate): NaN, infinities, 0 and
 /// negative values are refused by name instead of training to NaN or ascending the loss.
 pub fn positive_finite(text: &str) -> Result<f64, String> {
