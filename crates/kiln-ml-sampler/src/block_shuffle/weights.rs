@@ -6,7 +6,7 @@ use crate::rng::PlanRng;
 
 /// Expected tries per draw above which rejection gives way to the tree. A try costs two random
 /// numbers and an unpredictable branch; a tree draw and update over K lanes walk
-/// log2 K levels each. Not tuned: the `plan_lopsided` bench (plan_build) shows the tree 14x
+/// log2 K levels each. Not tuned: the `plan_lopsided` bench (plan_build) shows the tree 10-17x
 /// faster at about 48 tries, and even layouts (one or two tries) never reach this.
 const MAX_EXPECTED_TRIES: u64 = 4;
 
