@@ -70,11 +70,7 @@ where
     T: std::str::FromStr + PartialOrd + From<u8>,
     T::Err: std::fmt::Display,
 {
-    let value: T = text.parse().map_err(|error| format!("{error}"))?;
-    if value < T::from(1) {
-        return Err("must be at least 1".to_owned());
-    }
-    Ok(value)
+    at_least(text, 1)
 }
 
 /// A clap value parser for counts that must be at least 2 (a batch that pairs samples, an
@@ -84,9 +80,17 @@ where
     T: std::str::FromStr + PartialOrd + From<u8>,
     T::Err: std::fmt::Display,
 {
+    at_least(text, 2)
+}
+
+fn at_least<T>(text: &str, least: u8) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + From<u8>,
+    T::Err: std::fmt::Display,
+{
     let value: T = text.parse().map_err(|error| format!("{error}"))?;
-    if value < T::from(2) {
-        return Err("must be at least 2".to_owned());
+    if value < T::from(least) {
+        return Err(format!("must be at least {least}"));
     }
     Ok(value)
 }

@@ -9,15 +9,16 @@ use crate::common;
 
 type B = Autodiff<Flex>;
 
-#[test]
-fn a_run_logs_its_loss_every_n_steps_and_its_metrics_every_epoch() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = TrainerConfig::new()
-        .with_num_epochs(2)
-        .with_read_loss_every(2);
+/// Fits with a CSV and a TensorBoard logger in `dir` (a training row every `every_steps`),
+/// logging `valid/score` = 10 + epoch at each epoch's end; returns the loggers, not finished.
+fn fit_logging_scores(
+    config: TrainerConfig,
+    dir: &std::path::Path,
+    every_steps: u64,
+) -> (Arc<CsvLogger>, Arc<TensorBoardLogger>) {
     let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
-    let csv = Arc::new(CsvLogger::create(dir.path(), 2).unwrap());
-    let tensorboard = Arc::new(TensorBoardLogger::create(dir.path(), 2).unwrap());
+    let csv = Arc::new(CsvLogger::create(dir, every_steps).unwrap());
+    let tensorboard = Arc::new(TensorBoardLogger::create(dir, every_steps).unwrap());
     trainer.add_observer(Arc::clone(&csv));
     trainer.add_observer(Arc::clone(&tensorboard));
     let data = common::batches::<B>(4, 8, 5, &Default::default());
@@ -30,6 +31,16 @@ fn a_run_logs_its_loss_every_n_steps_and_its_metrics_every_epoch() {
             },
         )
         .unwrap();
+    (csv, tensorboard)
+}
+
+#[test]
+fn a_run_logs_its_loss_every_n_steps_and_its_metrics_every_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TrainerConfig::new()
+        .with_num_epochs(2)
+        .with_read_loss_every(2);
+    let (csv, tensorboard) = fit_logging_scores(config, dir.path(), 2);
     csv.finish().unwrap();
     tensorboard.finish().unwrap();
 
@@ -131,21 +142,7 @@ fn tensorboard_has_an_epochs_metrics_before_the_next_epoch_runs() {
 fn the_last_epochs_metrics_are_on_disk_when_fit_returns() {
     let dir = tempfile::tempdir().unwrap();
     let config = TrainerConfig::new().with_num_epochs(2);
-    let mut trainer = common::sgd_trainer::<B>(&Default::default(), 0.01, config);
-    let tensorboard = Arc::new(TensorBoardLogger::create(dir.path(), 100).unwrap());
-    let csv = Arc::new(CsvLogger::create(dir.path(), 100).unwrap());
-    trainer.add_observer(Arc::clone(&tensorboard));
-    trainer.add_observer(Arc::clone(&csv));
-    let data = common::batches::<B>(4, 8, 5, &Default::default());
-    trainer
-        .fit_with(
-            |position| common::plain(data.clone(), position),
-            |trainer, epoch| {
-                trainer.log_metric("valid/score", 10.0 + epoch.epoch as f64);
-                Ok(())
-            },
-        )
-        .unwrap();
+    let (csv, tensorboard) = fit_logging_scores(config, dir.path(), 100);
     let scores: Vec<f32> = read_scalars(tensorboard.path())
         .unwrap()
         .into_iter()
