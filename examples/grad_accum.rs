@@ -192,11 +192,8 @@ impl BackendTask for GradAccum {
 }
 
 fn main() -> anyhow::Result<()> {
+    // clap's value parsers already refuse --accumulation < 2 and empty batches or epochs.
     let args = Args::parse();
-    ensure!(
-        args.accumulation >= 2 && args.micro_batch > 0 && args.steps_per_epoch > 0,
-        "need --accumulation >= 2, --micro-batch >= 1 and --steps-per-epoch >= 1"
-    );
     let selection = args.device.select()?;
     println!("device: {selection}");
     let report = selection.run(GradAccum { args: args.clone() })?;

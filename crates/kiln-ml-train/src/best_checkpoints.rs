@@ -218,6 +218,8 @@ mod tests {
             summary: &summary,
             metrics: &metrics,
             step: 10 * (epoch + 1),
+            rank: if writes { 0 } else { 1 },
+            world: 2,
         };
         best.on_epoch_end(&context, &FileWriter { writes }).unwrap();
     }

@@ -92,6 +92,19 @@ pub struct EpochContext<'a> {
     pub metrics: &'a EpochMetrics,
     /// Optimizer steps run so far in the run.
     pub step: u64,
+    /// This trainer's rank in a data-parallel run, from zero; 0 for a single trainer.
+    pub rank: u32,
+    /// The number of replicas in a data-parallel run; 1 for a single trainer.
+    pub world: u32,
+}
+
+impl EpochContext<'_> {
+    /// Whether this is a single trainer or rank 0 of a data-parallel run: the replica that
+    /// writes checkpoints, and the one that usually validates. `fit` gives every replica the
+    /// callbacks' decisions of all replicas, so a callback on another rank may decide nothing.
+    pub fn is_main(&self) -> bool {
+        self.rank == 0
+    }
 }
 
 /// What a callback asks of the trainer after an epoch.

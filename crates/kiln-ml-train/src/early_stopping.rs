@@ -80,12 +80,12 @@ impl Callback for EarlyStopping {
     fn on_epoch_end(
         &mut self,
         context: &EpochContext<'_>,
-        checkpoints: &dyn CheckpointWriter,
+        _checkpoints: &dyn CheckpointWriter,
     ) -> Result<Decision> {
         let epoch = context.summary.epoch;
         // A data-parallel replica other than rank 0 may validate nothing: it follows rank 0's
         // decision, which `fit` gives every replica.
-        if context.metrics.get(&self.monitor).is_none() && !checkpoints.writes_checkpoints() {
+        if context.metrics.get(&self.monitor).is_none() && !context.is_main() {
             return Ok(Decision::CONTINUE);
         }
         let value = context
@@ -170,6 +170,7 @@ impl Callback for EarlyStopping {
 mod tests {
     use super::*;
     use crate::EpochSummary;
+    use crate::Error;
     use crate::callback::EpochMetrics;
 
     struct NoWrites;
@@ -198,6 +199,8 @@ mod tests {
                 summary: &summary,
                 metrics: &metrics,
                 step: 0,
+                rank: 0,
+                world: 1,
             };
             if stopping.on_epoch_end(&context, &NoWrites).unwrap().stop {
                 stopped.push(epoch as u64);
@@ -232,6 +235,25 @@ mod tests {
             let stopping = EarlyStopping::new("m", Mode::Max).with_patience(5);
             assert_eq!(stops(stopping, &[bad]), [0], "{bad}");
         }
+    }
+
+    #[test]
+    fn a_missing_metric_is_an_error_on_the_main_replica_and_no_decision_on_another() {
+        let mut stopping = EarlyStopping::new("m", Mode::Min).with_patience(0);
+        let metrics = EpochMetrics::default();
+        let summary = EpochSummary::default();
+        let on_rank = |rank| EpochContext {
+            summary: &summary,
+            metrics: &metrics,
+            step: 0,
+            rank,
+            world: 2,
+        };
+        let decision = stopping.on_epoch_end(&on_rank(1), &NoWrites).unwrap();
+        assert_eq!(decision, Decision::CONTINUE);
+        assert_eq!(stopping.epochs_without_improvement(), 0);
+        let error = stopping.on_epoch_end(&on_rank(0), &NoWrites).unwrap_err();
+        assert!(matches!(error, Error::MissingMetric { .. }), "{error}");
     }
 
     #[test]

@@ -179,10 +179,13 @@ where
     fn run_callbacks(&mut self, summary: &EpochSummary) -> Result<Decision> {
         let mut callbacks = std::mem::take(&mut self.callbacks);
         let metrics = std::mem::take(&mut self.epoch_metrics);
+        let (rank, world) = self.data_parallel_rank().unwrap_or((0, 1));
         let context = EpochContext {
             summary,
             metrics: &metrics,
             step: self.counters.optimizer_steps,
+            rank,
+            world,
         };
         let mut asked = Decision::CONTINUE;
         let mut result = Ok(());
@@ -420,7 +423,8 @@ where
         let keep = checkpoint.keep_last as usize;
         let step = self.counters.optimizer_steps;
         let path = directory.join(crate::checkpoint_file::file_name(step));
-        // Done when `fit` starts; here for a rollback loaded while it ran (a callback's).
+        // Done when `fit` starts; again here for a rollback loaded while it ran (by the
+        // end-of-epoch closure, which holds the trainer).
         self.set_aside_abandoned_checkpoints()?;
         self.save_checkpoint(&path)?;
         self.last_scheduled_checkpoint = Some(step);

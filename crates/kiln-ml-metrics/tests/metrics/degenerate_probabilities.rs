@@ -3,7 +3,11 @@
 use crate::common;
 
 use common::{Case, assert_close};
-use kiln_ml_metrics::{Error, MetricsConfig, ProbabilityCheck, Pruning, TieOrder, ZeroMass};
+use kiln_ml_core::Metric;
+use kiln_ml_metrics::{
+    BatchShape, Error, MetricsConfig, ProbabilityCheck, Pruning, TieOrder, TrajectoryMetrics,
+    ZeroMass,
+};
 
 #[test]
 fn kept_modes_without_mass_get_probability_zero_not_nan() {
@@ -157,4 +161,46 @@ fn huge_scores_renormalize_on_the_device_as_on_the_host() {
     let report = two_modes(&[3.0e38, 3.0e38]).both(&waymo_on_three_steps());
     // minFDE 0.5 from mode 0, whose renormalized probability is a half.
     assert_close(report.horizons[0].top_k[0].brier_min_fde, 0.75, 1e-6);
+}
+
+/// A batch without agents (a last shard with nothing left) may carry an empty `[0, K]`
+/// probability matrix on both paths and changes nothing; with agents, no rows is refused.
+#[test]
+fn an_empty_batch_may_carry_empty_probabilities_and_changes_nothing() {
+    let config = waymo_on_three_steps();
+    let empty = Case {
+        shape: BatchShape::new(0, 2, 3),
+        predictions: Vec::new(),
+        ground_truth: Vec::new(),
+        probabilities: Some(Vec::new()),
+        valid: None,
+        velocity: None,
+        heading: None,
+    };
+    let filled = two_modes(&[0.25, 0.75]);
+    let expected = filled.both(&config);
+
+    let mut host = TrajectoryMetrics::new(config.clone()).unwrap();
+    host.update(&empty.host_batch().unwrap()).unwrap();
+    host.update(&filled.host_batch().unwrap()).unwrap();
+    assert_eq!(host.compute(), expected);
+    let mut tensor = TrajectoryMetrics::new(config.clone()).unwrap();
+    tensor.update(&empty.tensor_batch().unwrap()).unwrap();
+    tensor.update(&filled.tensor_batch().unwrap()).unwrap();
+    common::assert_reports_close(&tensor.compute(), &expected, common::PATH_TOLERANCE);
+
+    let mut no_rows = filled.clone();
+    no_rows.probabilities = Some(Vec::new());
+    for refused in [no_rows.host_batch().err(), no_rows.tensor_batch().err()] {
+        assert!(
+            matches!(
+                refused,
+                Some(Error::ShapeMismatch {
+                    field: "probabilities",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+    }
 }
