@@ -1,5 +1,6 @@
-//! Checking at `join` that every replica built the same trainer (the settings that shape the
-//! update and the collective calls, and the parameter shapes) and counts the same world.
+//! Checking that every replica holds the same 64-bit fingerprint and counts the same world: at
+//! `join`, of the trainer each built (the settings that shape the update and the collective
+//! calls, and the parameter shapes); when `fit` starts, of the state it starts from.
 //!
 //! One all-reduce of small integers: each replica sends 1, the 16 nibbles of a 64-bit
 //! fingerprint and their squares. For each nibble position, the replicas' values x_j satisfy
@@ -24,27 +25,45 @@ pub(crate) fn values(fingerprint: u64) -> [u64; VALUES] {
     values
 }
 
+/// How the replicas disagree.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Disagreement {
+    /// This many replicas took part, not the world this one was told.
+    World(f64),
+    /// Some replica's fingerprint differs from this one's.
+    Fingerprint,
+}
+
+impl Disagreement {
+    /// Says what differs; `fingerprinted` names what the fingerprint covers, for the message of
+    /// a different one.
+    pub(crate) fn describe(&self, world: u32, fingerprinted: &str) -> String {
+        match self {
+            Disagreement::World(joined) => format!(
+                "{joined} replicas joined, but this one was told the run has {world}: every node \
+                 must run the same number of devices"
+            ),
+            Disagreement::Fingerprint => fingerprinted.to_owned(),
+        }
+    }
+}
+
 /// Checks the sums over every replica of [`values`] against this replica's `fingerprint` and
-/// the `world` it was told; says what differs.
-pub(crate) fn check(sums: &[f64; VALUES], fingerprint: u64, world: u32) -> Result<(), String> {
+/// the `world` it was told.
+pub(crate) fn check(
+    sums: &[f64; VALUES],
+    fingerprint: u64,
+    world: u32,
+) -> Result<(), Disagreement> {
     if sums[0] != f64::from(world) {
-        return Err(format!(
-            "{} replicas joined, but this one was told the run has {world}: every node must run \
-             the same number of devices",
-            sums[0]
-        ));
+        return Err(Disagreement::World(sums[0]));
     }
     let mine = values(fingerprint);
     let agree = (1..VALUES).all(|index| sums[index] == f64::from(world) * mine[index] as f64);
     if agree {
         Ok(())
     } else {
-        Err(
-            "the replicas built different trainers: every replica needs the same precision, \
-             precision policy, loss scaler, accumulation, loss normalization, clipping, epochs \
-             and step limits, and a model of the same parameter shapes"
-                .to_owned(),
-        )
+        Err(Disagreement::Fingerprint)
     }
 }
 
@@ -70,9 +89,13 @@ mod tests {
         // squares catch it.
         let nibble = |x: u64| a & !0xf | x;
         let three = sums(&[nibble(3), nibble(4), nibble(5)]);
-        assert!(check(&three, nibble(4), 3).is_err());
-        assert!(check(&sums(&[a, a ^ 1 << 60]), a, 2).is_err());
+        assert_eq!(check(&three, nibble(4), 3), Err(Disagreement::Fingerprint));
+        assert_eq!(
+            check(&sums(&[a, a ^ 1 << 60]), a, 2),
+            Err(Disagreement::Fingerprint)
+        );
         let error = check(&sums(&[a, a]), a, 3).unwrap_err();
-        assert!(error.contains("2 replicas joined"), "{error}");
+        assert_eq!(error, Disagreement::World(2.0));
+        assert!(error.describe(3, "").contains("2 replicas joined"));
     }
 }

@@ -180,7 +180,10 @@ where
     /// after this call; a state a callback refuses fails that `fit` with
     /// [`Error::CheckpointFormat`].
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<Position> {
-        let mut sections = read_sections(path)?;
+        let crate::checkpoint_file::Sections {
+            mut sections,
+            checksum,
+        } = read_sections(path)?;
         let mut take = |name: &'static str| {
             sections
                 .iter()
@@ -288,6 +291,7 @@ where
         // loaded one is written again, not taken as already on disk.
         self.last_scheduled_checkpoint = None;
         self.resumed_from_step = Some(self.counters.optimizer_steps);
+        self.loaded_checkpoint = Some(checksum);
         // Mid-epoch or not, this trainer's observers have not heard the epoch start: the next
         // batch announces it (loggers and the profiler tag what follows by it).
         self.epoch_started = false;

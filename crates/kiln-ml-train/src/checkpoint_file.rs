@@ -50,8 +50,15 @@ pub(crate) fn write_sections(path: &Path, sections: &[(&str, &[u8])]) -> Result<
     Ok(())
 }
 
+/// A checkpoint file's sections, by name, and its checksum (which tells files apart).
+#[derive(Debug)]
+pub(crate) struct Sections {
+    pub(crate) sections: Vec<(String, Vec<u8>)>,
+    pub(crate) checksum: Fingerprint,
+}
+
 /// Reads the sections of a checkpoint file, checking magic, version and checksum.
-pub(crate) fn read_sections(path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+pub(crate) fn read_sections(path: &Path) -> Result<Sections> {
     let bytes = std::fs::read(path).map_err(|source| Error::CheckpointIo {
         path: path.to_path_buf(),
         action: "read",
@@ -63,14 +70,15 @@ pub(crate) fn read_sections(path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
     })
 }
 
-fn parse(bytes: &[u8]) -> std::result::Result<Vec<(String, Vec<u8>)>, String> {
+fn parse(bytes: &[u8]) -> std::result::Result<Sections, String> {
     if bytes.len() < MAGIC.len() + 8 + CHECKSUM_BYTES || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not a kiln checkpoint (no KILNCKPT header)".to_owned());
     }
     let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
     let mut expected = [0u8; CHECKSUM_BYTES];
     expected.copy_from_slice(checksum);
-    if Fingerprint::of_bytes(body) != Fingerprint::from_le_bytes(expected) {
+    let checksum = Fingerprint::from_le_bytes(expected);
+    if Fingerprint::of_bytes(body) != checksum {
         return Err(format!(
             "checksum mismatch over {} bytes: the file is truncated or corrupted",
             body.len()
@@ -103,7 +111,7 @@ fn parse(bytes: &[u8]) -> std::result::Result<Vec<(String, Vec<u8>)>, String> {
             body.len() - reader.offset
         ));
     }
-    Ok(sections)
+    Ok(Sections { sections, checksum })
 }
 
 struct Reader<'a> {
@@ -285,7 +293,7 @@ mod tests {
             &[("state", b"{}"), ("model", &[1, 2, 3]), ("empty", &[])],
         )
         .unwrap();
-        let sections = read_sections(&path).unwrap();
+        let sections = read_sections(&path).unwrap().sections;
         assert_eq!(sections[1], ("model".to_owned(), vec![1, 2, 3]));
         assert_eq!(sections[2].1.len(), 0);
         // No temporary files are left behind.

@@ -84,6 +84,7 @@ where
         let mut stopped_early = None;
         let mut diverged = false;
         let steps_before_fit = self.counters.optimizer_steps;
+        self.check_same_start()?;
         self.callback_states.hand_out(&mut self.callbacks)?;
         // Before the first step: a rolled-back run that dies before its first checkpoint then
         // resumes from the file it rolled back to, not from the abandoned newest.

@@ -24,7 +24,7 @@ where
     /// normalizes by the totals, so all replicas apply the same update; an f16 overflow on any
     /// replica skips the step on all. Each step reads the reduced statistics back once (the
     /// all-reduce is a meeting point of all replicas anyway). Only rank 0 writes the
-    /// checkpoints `fit` takes; every replica resumes from the same file.
+    /// checkpoints `fit` takes; every replica resumes from the same file (`fit` checks it).
     ///
     /// Every replica must see the same number of batches per epoch (kiln's samplers with
     /// `RemainderPolicy::Drop` or `Pad`); at the end of an epoch a replica whose window is
@@ -105,9 +105,65 @@ where
         .map_err(|message| {
             membership.error("the all-reduce that checks the replicas agree", message)
         })?;
-        crate::agreement::check(&sums, fingerprint, membership.world).map_err(|reason| {
+        crate::agreement::check(&sums, fingerprint, membership.world).map_err(|disagreement| {
+            let reason = disagreement.describe(
+                membership.world,
+                "the replicas built different trainers: every replica needs the same precision, \
+                 precision policy, loss scaler, accumulation, loss normalization, clipping, \
+                 epochs and step limits, and a model of the same parameter shapes",
+            );
             Error::InvalidDataParallel {
                 reason: format!("replica {}: {reason}", membership.rank),
+            }
+        })
+    }
+
+    /// Under data parallelism, fails unless every replica starts `fit` from the same state:
+    /// the same checkpoint loaded (by its checksum; or none), the same optimizer step, micro-batch
+    /// count, epoch and position in it (one all-reduce, as at `join`). Replicas that resumed
+    /// from different files, or some from none, would otherwise train different weights with
+    /// the same summed gradients, or make different collective calls and hang.
+    pub(crate) fn check_same_start(&self) -> Result<()> {
+        let Some(membership) = &self.membership else {
+            return Ok(());
+        };
+        let start = (
+            self.loaded_checkpoint,
+            self.counters.optimizer_steps,
+            self.counters.micro_batches,
+            self.epoch,
+            self.position,
+        );
+        let bytes = serde_json::to_vec(&start).expect("the start state serializes");
+        let fingerprint = kiln_ml_core::Fingerprint::of_bytes(&bytes).as_u128() as u64;
+        let sums = all_reduce_counts::<B::InnerBackend, { crate::agreement::VALUES }>(
+            &membership.collective,
+            crate::agreement::values(fingerprint),
+            &self.device,
+        )
+        .map_err(|message| {
+            membership.error(
+                "the all-reduce that checks the replicas start from the same state",
+                message,
+            )
+        })?;
+        crate::agreement::check(&sums, fingerprint, membership.world).map_err(|disagreement| {
+            let loaded = match self.loaded_checkpoint {
+                Some(checksum) => format!("the checkpoint with checksum {checksum}"),
+                None => "no checkpoint".to_owned(),
+            };
+            let fingerprinted = format!(
+                "the replicas start `fit` from different states: this one loaded {loaded} and \
+                 stands at optimizer step {}, epoch {} after {} samples. Load the same checkpoint \
+                 on every replica, after `join` (or none on any)",
+                self.counters.optimizer_steps, self.position.epoch, self.position.consumed
+            );
+            Error::InvalidDataParallel {
+                reason: format!(
+                    "replica {}: {}",
+                    membership.rank,
+                    disagreement.describe(membership.world, &fingerprinted)
+                ),
             }
         })
     }

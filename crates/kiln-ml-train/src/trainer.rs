@@ -63,6 +63,9 @@ pub struct Trainer<B: AutodiffBackend, M, O, S> {
     /// The step of the checkpoint loaded, until `fit` first writes into the configured
     /// directory (which sets aside that directory's later checkpoints first).
     pub(crate) resumed_from_step: Option<u64>,
+    /// The checksum of the last checkpoint loaded: under data parallelism `fit` checks that
+    /// every replica starts from the same one.
+    pub(crate) loaded_checkpoint: Option<Fingerprint>,
     pub(crate) last_loss: Option<LastLoss<B>>,
     /// Optimizer steps queued since the host last waited for the device, with the reads that
     /// tell when each ended.
@@ -156,6 +159,7 @@ where
             epoch_started: false,
             last_scheduled_checkpoint: None,
             resumed_from_step: None,
+            loaded_checkpoint: None,
             last_loss: None,
             run_ahead: RunAhead::new(),
             cast_plan,

@@ -29,6 +29,7 @@ backend_tests!(
     early_stopping_on_rank_0s_validation_stops_every_replica,
     replicas_draw_their_own_host_randomness,
     replicas_that_built_different_trainers_are_refused_at_join,
+    replicas_that_loaded_different_checkpoints_are_refused_when_fit_starts,
 );
 
 fn config(precision: Precision) -> TrainerConfig {
@@ -430,4 +431,49 @@ fn replicas_that_built_different_trainers_are_refused_at_join<B: AutodiffBackend
         }
         other => panic!("expected the join to refuse, got {other:?}"),
     }
+}
+
+/// Replicas that resumed from different checkpoints, or some from none, would train different
+/// weights on summed gradients: `fit` refuses to start on every replica, saying what it loaded.
+fn replicas_that_loaded_different_checkpoints_are_refused_when_fit_starts<B: AutodiffBackend>(
+    device: B::Device,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = shard_batches::<B>(0, ROWS_PER_REPLICA, &device);
+    let mut single = sgd_trainer::<B>(&device, 0.1, config(Precision::F32));
+    let mut paths = Vec::new();
+    for step in 1..=2 {
+        for batch in &batches[..ACCUMULATION as usize] {
+            single.train_batch(batch.clone()).unwrap();
+        }
+        let path = dir.path().join(format!("step-{step}.kiln"));
+        single.save_checkpoint(&path).unwrap();
+        paths.push(path);
+    }
+    let run = |loads: [Option<&std::path::PathBuf>; REPLICAS]| {
+        DataParallel::local().run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
+            let mut trainer = joined_trainer::<B>(&replica, config(Precision::F32), 1);
+            if let Some(path) = loads[replica.rank() as usize] {
+                trainer.load_checkpoint(path)?;
+            }
+            let offset = replica.rank() as usize * ROWS_PER_REPLICA;
+            let batches = shard_batches::<B>(offset, ROWS_PER_REPLICA, replica.device());
+            trainer.fit(|position| plain(batches.clone(), position))?;
+            Ok(())
+        })
+    };
+    for loads in [
+        [Some(&paths[0]), Some(&paths[1])],
+        [Some(&paths[1]), None],
+        [None, Some(&paths[0])],
+    ] {
+        match run(loads) {
+            Err(Error::ReplicaFailed { message, .. }) => assert!(
+                message.contains("start `fit` from different states"),
+                "{loads:?}: {message}"
+            ),
+            other => panic!("{loads:?}: expected fit to refuse, got {other:?}"),
+        }
+    }
+    run([Some(&paths[1]), Some(&paths[1])]).expect("the same checkpoint on every replica");
 }
