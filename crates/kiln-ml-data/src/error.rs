@@ -129,7 +129,8 @@ pub enum Error {
         /// What the decoder reported.
         reason: String,
     },
-    /// A file changed (size or modification time) after its footer was read.
+    /// A file changed (size, modification time, footer bytes or, for an object, entity tag)
+    /// after its footer was read.
     #[error("{path} changed after it was opened ({reason}); reopen the source")]
     FileChanged {
         /// The file.

@@ -14,6 +14,7 @@ use kiln_ml_core::Fingerprint;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
+use super::change_stamp::ChangeStamp;
 use super::footer::Footer;
 use super::integrity::check_footer;
 use super::projection::Projection;
@@ -36,6 +37,9 @@ pub(crate) struct ParquetFile {
     path: PathBuf,
     bytes: u64,
     modified: SystemTime,
+    /// What tells a later read the local file is unchanged without reading its footer again
+    /// (`None` off Unix and for objects).
+    stamp: Option<ChangeStamp>,
     footer: Footer,
     projection: Projection,
     /// Per row group, the byte ranges of its projected column chunks, coalesced, as
@@ -77,7 +81,7 @@ impl ParquetFile {
 
     fn open_unguarded(path: &Path, columns: Option<&[String]>) -> Result<Self> {
         let mut file = File::open(path).map_err(|source| Error::io("opening", path, source))?;
-        let (bytes, modified) = identity_of(&file, path)?;
+        let (bytes, modified, stamp) = identity_of(&file, path)?;
         let footer = Footer::read(&mut file, path, bytes)?;
         let projection = Projection::new(path, &footer.metadata, columns)?;
         let ranges = check_footer(
@@ -90,6 +94,7 @@ impl ParquetFile {
             path: path.to_owned(),
             bytes,
             modified,
+            stamp,
             footer,
             projection,
             ranges,
@@ -124,6 +129,7 @@ impl ParquetFile {
                 path: path.clone(),
                 bytes: object.size,
                 modified: UNIX_EPOCH,
+                stamp: None,
                 footer,
                 projection,
                 ranges,
@@ -255,13 +261,17 @@ impl ParquetFile {
     }
 
     /// Fails when the file's size, modification time or footer changed since it was opened:
-    /// its footer (and any cache keyed by its identity) would no longer describe it.
+    /// its footer (and any cache keyed by its identity) would no longer describe it. The footer
+    /// is read again only when the file's change stamp moved (or there is none: see
+    /// `change_stamp.rs`).
     fn check_unchanged(&self, file: &mut File) -> Result<()> {
-        let (bytes, modified) = identity_of(file, &self.path)?;
+        let (bytes, modified, stamp) = identity_of(file, &self.path)?;
         let reason = if bytes != self.bytes {
             format!("it had {} bytes and now has {bytes}", self.bytes)
         } else if modified != self.modified {
             "its modification time changed".to_owned()
+        } else if stamp.is_some() && stamp == self.stamp {
+            return Ok(());
         } else if !self.footer.is_unchanged_in(file, &self.path)? {
             "its footer changed (same size and modification time)".to_owned()
         } else {
@@ -411,12 +421,65 @@ fn guarded<T>(
     })
 }
 
-fn identity_of(file: &File, path: &Path) -> Result<(u64, SystemTime)> {
+/// A local file's size, modification time and change stamp, from one `fstat`.
+fn identity_of(file: &File, path: &Path) -> Result<(u64, SystemTime, Option<ChangeStamp>)> {
     let metadata = file
         .metadata()
         .map_err(|source| Error::io("inspecting", path, source))?;
     let modified = metadata
         .modified()
         .map_err(|source| Error::io("reading the modification time of", path, source))?;
-    Ok((metadata.len(), modified))
+    Ok((metadata.len(), modified, ChangeStamp::of(&metadata)))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+    use parquet::arrow::ArrowWriter;
+
+    use super::*;
+    use crate::parquet_source::footer::COMPARISONS;
+
+    fn comparisons() -> u64 {
+        COMPARISONS.with(|count| count.get())
+    }
+
+    /// Block reads of an unchanged local file cost one `fstat`, not a read of its footer; a
+    /// moved change stamp (a chmod here) has the footer compared once, and the read goes on.
+    #[test]
+    fn an_unchanged_file_is_read_without_reading_its_footer_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ids.parquet");
+        let ids = Int64Array::from_iter_values(0..100);
+        let batch = RecordBatch::try_from_iter([("id", Arc::new(ids) as _)]).unwrap();
+        let mut writer =
+            ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+
+        let file = ParquetFile::open(&path, None).unwrap();
+        let before = comparisons();
+        for _ in 0..3 {
+            let (chunks, _) = file.read_row_group(0, None).unwrap();
+            assert_eq!(chunks[0].num_rows(), 100);
+        }
+        assert_eq!(
+            comparisons(),
+            before,
+            "no footer read for an unchanged file"
+        );
+
+        let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+        permissions.set_mode(0o600);
+        std::fs::set_permissions(&path, permissions).unwrap();
+        file.read_row_group(0, None).unwrap();
+        assert_eq!(
+            comparisons(),
+            before + 1,
+            "the footer compared once the stamp moved"
+        );
+    }
 }

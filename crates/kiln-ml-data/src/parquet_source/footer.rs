@@ -86,9 +86,17 @@ impl Footer {
     /// Whether the file (still of the size it had when the footer was read) has the same
     /// footer: one read of the footer's bytes, no parsing.
     pub(crate) fn is_unchanged_in(&self, file: &mut File, path: &Path) -> Result<bool> {
+        #[cfg(test)]
+        COMPARISONS.with(|count| count.set(count.get() + 1));
         let now = read_at(file, path, self.bytes.clone())?;
         Ok(Fingerprint::of_bytes(&now) == self.hash)
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Footers compared with [`Footer::is_unchanged_in`] on this thread.
+    pub(crate) static COMPARISONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Parses the Thrift metadata and derives the Arrow schema. (The reader can panic on a

@@ -1,6 +1,7 @@
 //! Parquet files, local or in object stores, as a block layout and block source.
 
 mod arrow_row;
+mod change_stamp;
 mod codec;
 mod columns;
 mod conform;
