@@ -168,6 +168,24 @@ fn remote_epochs_deliver_what_local_disk_does() {
         .build()
         .unwrap();
     assert_eq!(one.num_samples(), 200);
+    // A dataset directory named like a file (as Spark and pyarrow write them), with its
+    // trailing slash or without: its objects, not a lookup of one object.
+    for (path, name) in paths.iter().zip(FILES).take(2) {
+        let part = name.rsplit('/').next().unwrap();
+        server.put(
+            BUCKET,
+            &format!("spark/events.parquet/{part}"),
+            &std::fs::read(path).unwrap(),
+        );
+    }
+    for url in [
+        "s3://kiln/spark/events.parquet/",
+        "s3://kiln/spark/events.parquet",
+    ] {
+        let directory = remote_builder(&server, url).build().unwrap();
+        assert_eq!(directory.num_samples(), 40 + 150, "{url}");
+        assert_eq!(directory.paths().count(), 2, "{url}");
+    }
     let missing = "s3://kiln/data/missing.parquet";
     let error = remote_builder(&server, missing).build().unwrap_err();
     assert!(

@@ -23,22 +23,27 @@ pub fn primitive<'a, T: ArrowPrimitiveType>(
     primitive_of(named(batch, name)?, name)
 }
 
-/// `array` (the column `name`) as a primitive array of `T`; nulls are allowed.
+/// `array` (the column `name`) as a primitive array of `T`; nulls are allowed. The array's own
+/// parameters are its own: a timestamp of `T`'s unit in any time zone (Parquet's UTC-adjusted
+/// timestamps read as `Timestamp(unit, Some("UTC"))`) and a decimal of any precision and scale
+/// pass, as `PrimitiveArray<T>` carries them.
 ///
 /// Fails, naming the column and both types, when it has another type.
 fn primitive_of<'a, T: ArrowPrimitiveType>(
     array: &'a ArrayRef,
     name: &str,
 ) -> Result<&'a PrimitiveArray<T>, DecodeError> {
-    if array.data_type() != &T::DATA_TYPE {
-        return Err(DecodeError::new(format!(
-            "has type {} but the decoder expects {}",
-            array.data_type(),
-            T::DATA_TYPE
-        ))
-        .in_column(name));
-    }
-    downcast(array, name)
+    array
+        .as_any()
+        .downcast_ref::<PrimitiveArray<T>>()
+        .ok_or_else(|| {
+            DecodeError::new(format!(
+                "has type {} but the decoder expects {}",
+                array.data_type(),
+                T::DATA_TYPE
+            ))
+            .in_column(name)
+        })
 }
 
 /// The column `name` of `batch`, looked up once: a collation reads a dozen columns a batch, and
@@ -113,8 +118,10 @@ pub fn reject_nulls(array: &dyn Array, name: &str) -> Result<(), DecodeError> {
 mod tests {
     use std::sync::Arc;
 
-    use arrow_array::types::{Float32Type, Int64Type};
-    use arrow_array::{Float32Array, Int64Array};
+    use arrow_array::types::{
+        Decimal128Type, Float32Type, Int64Type, TimestampMicrosecondType, TimestampMillisecondType,
+    };
+    use arrow_array::{Decimal128Array, Float32Array, Int64Array, TimestampMicrosecondArray};
 
     use super::*;
 
@@ -155,5 +162,30 @@ mod tests {
         assert!(missing.reason().contains("columns: x, y"), "{missing}");
         let mistyped = required_values::<Int64Type>(&batch, "x").unwrap_err();
         assert!(mistyped.reason().contains("has type Float32"), "{mistyped}");
+    }
+
+    /// Parquet's UTC-adjusted timestamps read with a time zone, decimals with their own
+    /// precision and scale: both come back as `T`'s values; another unit is refused.
+    #[test]
+    fn timestamps_in_a_time_zone_and_decimals_of_any_precision_come_back() {
+        let utc = TimestampMicrosecondArray::from(vec![1, 2]).with_timezone("UTC");
+        let price = Decimal128Array::from(vec![1_234, 5_678])
+            .with_precision_and_scale(10, 2)
+            .unwrap();
+        let batch = RecordBatch::try_from_iter([
+            ("t", Arc::new(utc) as _),
+            ("price", Arc::new(price) as _),
+        ])
+        .unwrap();
+        assert_eq!(
+            required_values::<TimestampMicrosecondType>(&batch, "t").unwrap(),
+            &[1, 2]
+        );
+        assert_eq!(
+            required_values::<Decimal128Type>(&batch, "price").unwrap(),
+            &[1_234, 5_678]
+        );
+        let error = required_values::<TimestampMillisecondType>(&batch, "t").unwrap_err();
+        assert!(error.reason().contains("Timestamp(µs"), "{error}");
     }
 }

@@ -54,17 +54,35 @@ fn remote(parsed: &url::Url, hive: bool, settings: &RemoteSettings) -> Result<Ur
 
     let (store, path) = RemoteStore::open(parsed, &settings.options, settings.retry)?;
     let key = path.as_ref().to_ascii_lowercase();
-    if key.ends_with(".parquet") || key.ends_with(".parq") {
-        let object = RemoteObject::head(store, path)?;
-        return Ok(UrlInput::Remote(vec![Found {
-            path: PathBuf::from(&object.url),
-            partitions: Partitions::default(),
-            remote: Some(object),
-        }]));
+    // A trailing slash names a prefix even where its name ends in `.parquet`: Spark and pyarrow
+    // write datasets into directories named so (`events.parquet/part-0.parquet`).
+    let names_a_file =
+        !parsed.path().ends_with('/') && (key.ends_with(".parquet") || key.ends_with(".parq"));
+    let mut listed = None;
+    if names_a_file {
+        match RemoteObject::head(store.clone(), path.clone()) {
+            Ok(object) => {
+                return Ok(UrlInput::Remote(vec![Found {
+                    path: PathBuf::from(&object.url),
+                    partitions: Partitions::default(),
+                    remote: Some(object),
+                }]));
+            }
+            // No such object: such a directory without its slash, when it holds objects;
+            // otherwise the lookup's error, which names the URL.
+            Err(missing) => match list_objects(&store, &path) {
+                Ok(objects) if !objects.is_empty() => listed = Some(objects),
+                _ => return Err(missing),
+            },
+        }
     }
     let base = PathBuf::from(store.url_of(&path));
+    let objects = match listed {
+        Some(objects) => objects,
+        None => list_objects(&store, &path)?,
+    };
     let mut found = Vec::new();
-    for meta in list_objects(&store, &path)? {
+    for meta in objects {
         let object = RemoteObject::new(store.clone(), &meta);
         let file = PathBuf::from(&object.url);
         let partitions = if hive {
