@@ -1,7 +1,8 @@
 //! kiln keeps accelerators fed.
 //!
-//! This facade re-exports kiln's crates behind features of the same role name (all on by
-//! default) so one dependency gives the whole toolkit:
+//! This facade re-exports kiln's crates behind features of the same role name so one dependency
+//! gives the whole toolkit. The crate features and `codecs` are on by default; `cuda`, `wgpu`,
+//! `autotune` and the object stores (`s3`, `gcs`, `azure`, `http`) are opt-in:
 //!
 //! | feature | module | crate |
 //! |---|---|---|
@@ -17,6 +18,7 @@
 //! | `cuda` | — | Burn's CUDA backend with fusion |
 //! | `wgpu` | — | Burn's wgpu backend on Vulkan with fusion (GPUs, or lavapipe on the CPU) |
 //! | `autotune` | — | Burn's autotuning of its GPU kernels, off by default (see [`backend`]) |
+//! | `s3`, `gcs`, `azure`, `http` | — | `s3://`, `gs://`, `az://` and `http(s)://` URLs in the Parquet source |
 //!
 //! ```
 //! use kiln_ml::core::{BlockLayout, Fingerprint, Layout};

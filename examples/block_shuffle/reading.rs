@@ -249,7 +249,7 @@ where
             let request = PlanRequest::new(setup.seed, epoch);
             let plan = setup.shuffle.plan(source.as_ref(), &request)?;
             plan_seconds.push(started.elapsed().as_secs_f64());
-            peak_samples_held = peak_samples_held.max(loader.residency(&plan).max_samples());
+            peak_samples_held = peak_samples_held.max(loader.residency(&plan)?.max_samples());
             shuffled_plans.push(plan);
         }
         let raw = decoder_pool.install(|| raw_decode_seconds(&footers))?;

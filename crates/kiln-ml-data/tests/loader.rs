@@ -703,11 +703,18 @@ fn the_residency_follows_the_plan() {
     let sequential = InOrderSampler::new(10)
         .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
         .unwrap();
-    let bound = loader.residency(&sequential);
+    let bound = loader.residency(&sequential).unwrap();
     assert_eq!(bound.peak_window_blocks, 2);
     assert_eq!(bound.max_samples(), 200 + 200 + 20);
     let scrambled = scrambled_plan(loader.source().as_ref(), 10, 0);
-    assert_eq!(loader.residency(&scrambled).peak_window_blocks, 10);
+    assert_eq!(loader.residency(&scrambled).unwrap().peak_window_blocks, 10);
+    // A plan of a larger source is refused, as an epoch of it is, not a panic.
+    let larger = MemorySource::with_ids(&[&[100; 12]]);
+    let foreign = InOrderSampler::new(10)
+        .plan(&larger, &PlanRequest::new(0, 0))
+        .unwrap();
+    let error = loader.residency(&foreign).unwrap_err();
+    assert!(matches!(error, Error::PlanMismatch { .. }), "{error}");
 }
 
 /// Live `Tracked` samples, and the most there ever were at once.
@@ -796,7 +803,7 @@ fn live_samples_stay_within_the_residency_bound() {
     let plan = BlocksReversed { batch_size: 10 }
         .plan(loader.source().as_ref(), &PlanRequest::new(0, 0))
         .unwrap();
-    let bound = loader.residency(&plan).max_samples();
+    let bound = loader.residency(&plan).unwrap().max_samples();
     assert!(bound < 500, "the bound itself must be tight here: {bound}");
     let mut delivered = Vec::new();
     for batch in loader.epoch(plan.clone()).unwrap() {

@@ -25,8 +25,8 @@
 //! A plan depends only on the layout's blocks (which its fingerprint identifies), the seed, the
 //! epoch, the shard and the sampler's configuration: never on worker count, timing or platform.
 //! All randomness comes from ChaCha8 keyed with `b"kiln-sampler/v1\0" ‖ seed ‖ epoch`
-//! (little-endian `u64`s), one ChaCha stream per purpose (block order, interleave, buffer,
-//! padding); integer ranges use Lemire's unbiased method and shuffles are Fisher-Yates, both
+//! (little-endian `u64`s), one ChaCha stream per purpose (permutation, block order,
+//! interleave, buffer, padding, Monte Carlo quality estimates, size-budget batches); integer ranges use Lemire's unbiased method and shuffles are Fisher-Yates, both
 //! implemented here so that a `rand` upgrade cannot change plans. Pinned-value tests guard it.
 //!
 //! # Sharding and resume

@@ -29,8 +29,9 @@ use crate::parquet_source::{Chunk, RowMajor, gather_staged};
 /// plan), `take` when they all come from one chunk, and `interleave` otherwise (a shuffled plan).
 /// An empty slice gives `None`: there is no schema to give an empty batch.
 ///
-/// Fails only where Arrow does: chunks of different schemas, or a variable-width column whose
-/// gathered values pass its offset type's limit (2 GiB for `Utf8` and `Binary`).
+/// Fails only where Arrow does: chunks whose columns differ in type, or a variable-width column
+/// whose gathered values pass its offset type's limit (2 GiB for `Utf8` and `Binary`). The
+/// batch takes the first chunk's schema (column names included): a source's chunks share one.
 ///
 /// ```
 /// use std::sync::Arc;

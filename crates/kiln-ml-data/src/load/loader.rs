@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use kiln_ml_core::{
-    BlockLayout, BlockSource, Fingerprint, Observer, Plan, PlanRequest, Position, ResumePoint,
-    Sampler,
+    BlockFinder, BlockLayout, BlockSource, Fingerprint, Observer, Plan, PlanRequest, Position,
+    ResumePoint, Sampler,
 };
 
 use super::collate::Collate;
@@ -15,7 +15,7 @@ use super::parts::{Launch, Start};
 use super::pool::WorkerPool;
 use super::prefetch_depth::prefetch_depth;
 use super::residency::LoaderResidency;
-use super::schedule::{EpochSchedule, window_batch_size};
+use super::schedule::{EpochSchedule, check_block_uses, window_batch_size};
 use crate::{Error, Result};
 
 /// Executes a sampler's epoch [`Plan`] over a block source and yields collated batches.
@@ -46,8 +46,9 @@ use crate::{Error, Result};
 /// batches. How many blocks the window spans depends on the plan: the few the window's batches
 /// cover for a sequential plan (about 16 for batches of 64 over 1,024-row blocks at the default
 /// depth), about the number of interleaved blocks for a block shuffle, and every block for a
-/// uniform random permutation. [`residency`](Self::residency) computes the exact bound
-/// for a plan before running it.
+/// uniform random permutation. [`residency`](Self::residency) computes this bound for a plan
+/// before running it (an upper bound: a block is freed once its last batch is assembled, which
+/// may be before the consumer reaches that batch).
 ///
 /// ```
 /// use kiln_ml_core::{PlanRequest, Sampler};
@@ -206,15 +207,20 @@ where
     }
 
     /// What executing `plan` holds in memory at most, in samples (see the type's docs).
-    pub fn residency(&self, plan: &Plan) -> LoaderResidency {
+    ///
+    /// Fails with [`Error::PlanMismatch`] for a plan made for another source, as
+    /// [`epoch`](Self::epoch) does.
+    pub fn residency(&self, plan: &Plan) -> Result<LoaderResidency> {
+        let blocks = self.source().blocks();
+        check_block_uses(plan, blocks, &BlockFinder::new(blocks))?;
         let config = self.config();
         let schedule = EpochSchedule::new(plan, config.drop_last);
-        LoaderResidency::of(
+        Ok(LoaderResidency::of(
             &schedule,
             self.source().as_ref(),
             self.prefetch_batches(plan) as u64,
             config.read_ahead_blocks,
-        )
+        ))
     }
 
     /// How many batches the loader assembles ahead of the consumer for `plan`: the configured

@@ -103,7 +103,8 @@ impl DecodeError {
         self
     }
 
-    /// The same error, naming the row inside the row group.
+    /// The same error, naming the row: counted from the first row of the chunk the decoder
+    /// was given (the source turns it into the row inside the row group).
     pub fn at_row(mut self, row: u64) -> Self {
         self.row = Some(row);
         self
@@ -114,7 +115,8 @@ impl DecodeError {
         self.column.as_deref()
     }
 
-    /// The row inside the row group, when named.
+    /// The row, when named: from the chunk's first row as the decoder gave it, from the row
+    /// group's once the source reports the error.
     pub fn row(&self) -> Option<u64> {
         self.row
     }

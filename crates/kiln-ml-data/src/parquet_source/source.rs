@@ -94,7 +94,8 @@ impl ParquetSourceBuilder {
         self
     }
 
-    /// Adds every `*.parquet` file under a directory, recursively, in path order.
+    /// Adds every `*.parquet` (or `*.parq`, in any case) file under a directory, recursively,
+    /// in path order.
     ///
     /// Names starting with `_` or `.` are skipped (`_delta_log`, `_temporary`, `.staging`),
     /// links are followed, and `key=value` directories below `path` become string columns
