@@ -51,6 +51,31 @@ impl std::ops::Deref for StoreRuntime {
     }
 }
 
+impl StoreRuntime {
+    /// Runs `future` to its end on this store's runtime and returns its output.
+    ///
+    /// Called from inside another Tokio runtime (a caller's `#[tokio::main]` building a source),
+    /// where `Runtime::block_on` panics ("Cannot start a runtime from within a runtime"), it
+    /// waits on a scoped thread of its own instead, so a source is built and read the same way
+    /// from synchronous and asynchronous code.
+    pub(crate) fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let runtime: &Runtime = self;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return runtime.block_on(future);
+        }
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| runtime.block_on(future))
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+}
+
 impl Drop for StoreRuntime {
     fn drop(&mut self) {
         if let Some(runtime) = self.0.take() {
@@ -212,5 +237,31 @@ mod tests {
             dropped_cleanly,
             "dropping the store on its runtime panicked"
         );
+    }
+
+    fn store_runtime() -> StoreRuntime {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        StoreRuntime(Some(runtime))
+    }
+
+    /// A source built inside a caller's runtime waits as one built outside it does, where
+    /// `Runtime::block_on` would panic.
+    #[test]
+    fn a_request_waits_inside_another_runtime_as_outside_it() {
+        let store = store_runtime();
+        let request = || async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            7
+        };
+        assert_eq!(store.block_on(request()), 7);
+        let callers = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        assert_eq!(callers.block_on(async { store.block_on(request()) }), 7);
     }
 }
