@@ -153,7 +153,9 @@ pub enum Event {
         batch: u64,
         /// Samples in the batch.
         samples: u64,
-        /// How long the consumer waited for it (zero when it was already prefetched).
+        /// How long the consumer spent in the loader for it: waiting for it (zero when it was
+        /// already prefetched), finishing it on the consumer's thread, and for the batch that
+        /// launches an announced next epoch, that launch.
         wait: Duration,
     },
     /// A phase of a step begins.

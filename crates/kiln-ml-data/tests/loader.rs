@@ -1108,3 +1108,76 @@ fn a_bad_next_plan_is_reported_when_taken() {
     let error = epoch.into_next().unwrap().unwrap_err();
     assert!(matches!(error, Error::PlanMismatch { .. }), "{error}");
 }
+
+thread_local! {
+    /// Set on the thread whose layout lookups [`LookupCost`] slows.
+    static SLOW_LOOKUPS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// How long a slowed layout lookup takes.
+const LOOKUP_COST: Duration = Duration::from_millis(300);
+
+/// Sleeps in `blocks()` on a thread that set [`SLOW_LOOKUPS`]: what a large plan's launch costs
+/// the consumer thread (its checks walk the layout), made visible.
+struct LookupCost {
+    inner: MemorySource<u64>,
+}
+
+impl BlockLayout for LookupCost {
+    fn blocks(&self) -> &[kiln_ml_core::Block] {
+        if SLOW_LOOKUPS.with(std::cell::Cell::get) {
+            std::thread::sleep(LOOKUP_COST);
+        }
+        self.inner.blocks()
+    }
+    fn fingerprint(&self) -> kiln_ml_core::Fingerprint {
+        self.inner.fingerprint()
+    }
+}
+
+impl BlockSource for LookupCost {
+    type Item = u64;
+    type Error = kiln_ml_testkit::MemorySourceError;
+    fn read_block(&self, block: BlockIndex) -> std::result::Result<Vec<u64>, Self::Error> {
+        self.inner.read_block(block)
+    }
+}
+
+/// Launching an announced next epoch runs on the consumer's thread: its time is counted in the
+/// wait of the batch that launched it, so the reported data wait is all the time spent in the
+/// loader.
+#[test]
+fn launching_the_next_epoch_counts_as_data_wait() {
+    let observer = Arc::new(RecordingObserver::new());
+    let source = LookupCost {
+        inner: MemorySource::with_ids(&[&[8, 8]]),
+    };
+    let loader = Loader::new(source, NoCollate, LoaderConfig::new())
+        .unwrap()
+        .with_observer(Arc::clone(&observer));
+    let sampler = InOrderSampler::new(4);
+    let mut epoch = loader
+        .plan_epoch(&sampler, &PlanRequest::new(0, 0))
+        .unwrap();
+    let next = sampler
+        .plan(loader.source().as_ref(), &PlanRequest::new(0, 1))
+        .unwrap();
+    epoch.prefetch_next(next);
+    SLOW_LOOKUPS.with(|slow| slow.set(true));
+    let batches = epoch.by_ref().count();
+    SLOW_LOOKUPS.with(|slow| slow.set(false));
+    assert_eq!(batches, 4);
+    let waited: Duration = observer
+        .events()
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::BatchLoaded { epoch: 0, wait, .. } => Some(wait),
+            _ => None,
+        })
+        .sum();
+    assert!(
+        waited >= LOOKUP_COST,
+        "the launch's {LOOKUP_COST:?} is not in {waited:?}"
+    );
+    assert!(epoch.into_next().unwrap().is_ok());
+}

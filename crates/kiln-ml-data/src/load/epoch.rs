@@ -279,7 +279,7 @@ impl<O> Iterator for Epoch<'_, O> {
         let started = Instant::now();
         let result = self.wait_for_next().and_then(|staged| self.finish(staged));
         // Finishing on this thread (device tensors on a fusion backend) is input time too.
-        let wait = started.elapsed();
+        let mut wait = started.elapsed();
         let batch = match result {
             Ok(batch) => batch,
             Err(error) => {
@@ -290,12 +290,7 @@ impl<O> Iterator for Epoch<'_, O> {
         let range = self.schedule.batch_range(self.delivered_batches);
         let samples = range.end - range.start;
         self.last_batch_samples = samples;
-        let event = Event::BatchLoaded {
-            epoch: self.plan.epoch(),
-            batch: self.schedule.first_batch + self.delivered_batches,
-            samples,
-            wait,
-        };
+        let batch_index = self.schedule.first_batch + self.delivered_batches;
         self.delivered_batches += 1;
         self.finished = self.delivered_batches == self.schedule.batches;
         // Telling the coordinator every few batches rather than every batch halves its
@@ -303,10 +298,20 @@ impl<O> Iterator for Epoch<'_, O> {
         if self.delivered_batches.is_multiple_of(self.credit_every) || self.finished {
             self.send_credit();
         }
+        // Launching an announced next epoch (its plan's checks, O(samples)) runs on this
+        // thread, once: input time too, in this batch's wait.
+        let launching = Instant::now();
+        self.start_next_if_ready();
+        wait += launching.elapsed();
+        let event = Event::BatchLoaded {
+            epoch: self.plan.epoch(),
+            batch: batch_index,
+            samples,
+            wait,
+        };
         for observer in self.observers.iter() {
             observer.on_event(&event);
         }
-        self.start_next_if_ready();
         Some(Ok(batch))
     }
 

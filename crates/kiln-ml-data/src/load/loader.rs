@@ -32,7 +32,7 @@ use crate::{Error, Result};
 ///   the epoch with an `Err` naming the block and file (or batch), after every batch before it:
 ///   never a hang, never a silently missing batch.
 /// - **Observers** receive [`Event::BatchLoaded`](kiln_ml_core::Event::BatchLoaded) with the time the
-///   consumer waited for each batch.
+///   consumer spent in the loader for each batch (waiting, finishing it, launching a next epoch).
 /// - **Resume**: [`resume_epoch`](Self::resume_epoch) continues from a saved [`Position`]
 ///   ([`Epoch::position`]) with exactly the batches an uninterrupted run would still deliver.
 /// - **Back to back**: [`Epoch::prefetch_next`] starts reading the next epoch's first blocks
