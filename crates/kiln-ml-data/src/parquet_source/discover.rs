@@ -12,7 +12,7 @@ use glob::{MatchOptions, Pattern};
 
 use super::input::{Found, Input};
 use super::partition::Partitions;
-use super::url_input::{RemoteSettings, UrlInput, url_input};
+use super::url_input::{OpenStores, RemoteSettings, UrlInput, url_input};
 use super::walk::{Walk, is_skipped_name};
 use crate::{Error, Result};
 
@@ -30,9 +30,10 @@ pub(crate) fn discover(
     }
     let mut files: Vec<Found> = Vec::new();
     let mut seen: HashMap<PathBuf, usize> = HashMap::new();
+    let mut stores = OpenStores::default();
     for input in inputs {
         let input = &match input {
-            Input::Url(url) => match url_input(url, hive, remote)? {
+            Input::Url(url) => match url_input(url, hive, remote, &mut stores)? {
                 UrlInput::Local(local) => local,
                 #[cfg(feature = "remote")]
                 UrlInput::Remote(found) => {

@@ -120,7 +120,8 @@ impl ParquetSourceBuilder {
     /// [`object_store`](https://docs.rs/object_store) crate, each behind its crate feature
     /// (`s3`, `gcs`, `azure`, `http`); `file://` URLs are local paths and always work.
     ///
-    /// A URL whose key ends in `.parquet` or `.parq` is one object; any other is a prefix, and
+    /// A URL whose key ends in `.parquet` or `.parq` (without a trailing `/`) is one object, or
+    /// where no such object exists, the prefix of the directory so named; any other is a prefix, and
     /// every Parquet object under it is read, in path order (part by part, as a directory of
     /// the same files is walked: `en/` before `en-US/`), skipping keys with a part that
     /// starts with `_` or `.` and turning `key=value` parts into columns, as for
@@ -129,8 +130,9 @@ impl ParquetSourceBuilder {
     /// `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`...), then from
     /// [`store_option`](Self::store_option).
     ///
-    /// Footers are fetched once, many at a time, when the source is built (one request for
-    /// each object's last 64 KiB and first bytes). A block read fetches the row group's
+    /// The URLs of one bucket (container, web server) share one store: one client, connection
+    /// pool and I/O runtime. Footers are fetched once, many at a time, when the source is built
+    /// (one request for each object's last 64 KiB and first bytes). A block read fetches the row group's
     /// projected column chunks (coalesced, all at once); the loader starts those fetches ahead
     /// of the reads ([`BlockSource::prefetch`]), so many row groups are in flight while the
     /// workers decode. Requests are retried by the [`retry`](Self::retry) policy; an object

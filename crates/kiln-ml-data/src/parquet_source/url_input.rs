@@ -14,6 +14,40 @@ pub(crate) struct RemoteSettings {
     pub(crate) retry: RetryPolicy,
 }
 
+/// The object stores a source's URLs opened, one per scheme and authority (a bucket, a
+/// container, a web server): URLs of one bucket share its client, connection pool and I/O
+/// runtime, and their footers are fetched together, many at a time.
+#[derive(Default)]
+pub(crate) struct OpenStores {
+    #[cfg(feature = "remote")]
+    by_base: std::collections::HashMap<String, std::sync::Arc<super::remote::RemoteStore>>,
+}
+
+#[cfg(feature = "remote")]
+impl OpenStores {
+    /// The store `url` names (opened on first use) and the URL's path in it.
+    fn open(
+        &mut self,
+        url: &url::Url,
+        settings: &RemoteSettings,
+    ) -> Result<(
+        std::sync::Arc<super::remote::RemoteStore>,
+        object_store::path::Path,
+    )> {
+        use super::remote::RemoteStore;
+
+        let base = &url[..url::Position::BeforePath];
+        if let Some(store) = self.by_base.get(base) {
+            let path = RemoteStore::path_of(url)?;
+            return Ok((std::sync::Arc::clone(store), path));
+        }
+        let (store, path) = RemoteStore::open(url, &settings.options, settings.retry)?;
+        self.by_base
+            .insert(base.to_owned(), std::sync::Arc::clone(&store));
+        Ok((store, path))
+    }
+}
+
 /// What a URL input resolves to.
 pub(crate) enum UrlInput {
     /// A `file://` URL: the local file or directory it names.
@@ -26,7 +60,12 @@ pub(crate) enum UrlInput {
 /// Resolves a URL: `file://` to a local path; `s3://`, `gs://`, `az://`, `http(s)://` to the
 /// object it names when its key ends in `.parquet` or `.parq`, else to every Parquet object
 /// under it (with Hive partition values from the keys below it when `hive` is set).
-pub(crate) fn url_input(url: &str, hive: bool, settings: &RemoteSettings) -> Result<UrlInput> {
+pub(crate) fn url_input(
+    url: &str,
+    hive: bool,
+    settings: &RemoteSettings,
+    stores: &mut OpenStores,
+) -> Result<UrlInput> {
     let parsed = url::Url::parse(url).map_err(|error| Error::UnsupportedUrl {
         url: url.to_owned(),
         reason: format!("not a URL: {error}"),
@@ -42,17 +81,22 @@ pub(crate) fn url_input(url: &str, hive: bool, settings: &RemoteSettings) -> Res
             Input::File(path)
         }));
     }
-    remote(&parsed, hive, settings)
+    remote(&parsed, hive, settings, stores)
 }
 
 #[cfg(feature = "remote")]
-fn remote(parsed: &url::Url, hive: bool, settings: &RemoteSettings) -> Result<UrlInput> {
+fn remote(
+    parsed: &url::Url,
+    hive: bool,
+    settings: &RemoteSettings,
+    stores: &mut OpenStores,
+) -> Result<UrlInput> {
     use std::path::PathBuf;
 
     use super::partition::Partitions;
-    use super::remote::{RemoteObject, RemoteStore, list_objects};
+    use super::remote::{RemoteObject, list_objects};
 
-    let (store, path) = RemoteStore::open(parsed, &settings.options, settings.retry)?;
+    let (store, path) = stores.open(parsed, settings)?;
     let key = path.as_ref().to_ascii_lowercase();
     // A trailing slash names a prefix even where its name ends in `.parquet`: Spark and pyarrow
     // write datasets into directories named so (`events.parquet/part-0.parquet`).
@@ -100,7 +144,7 @@ fn remote(parsed: &url::Url, hive: bool, settings: &RemoteSettings) -> Result<Ur
 }
 
 #[cfg(not(feature = "remote"))]
-fn remote(parsed: &url::Url, _: bool, _: &RemoteSettings) -> Result<UrlInput> {
+fn remote(parsed: &url::Url, _: bool, _: &RemoteSettings, _: &mut OpenStores) -> Result<UrlInput> {
     Err(Error::UnsupportedUrl {
         url: parsed.to_string(),
         reason: missing_feature(parsed.scheme()),
@@ -115,21 +159,62 @@ mod tests {
     fn file_urls_are_local_paths() {
         let dir = tempfile::tempdir().unwrap();
         let url = url::Url::from_directory_path(dir.path()).unwrap();
-        let resolved = url_input(url.as_str(), true, &RemoteSettings::default()).unwrap();
+        let resolved = url_input(
+            url.as_str(),
+            true,
+            &RemoteSettings::default(),
+            &mut OpenStores::default(),
+        )
+        .unwrap();
         assert!(matches!(resolved, UrlInput::Local(Input::Dir(path)) if path == dir.path()));
     }
 
     #[test]
     fn unknown_schemes_and_bad_urls_are_named() {
         let settings = RemoteSettings::default();
-        let error = url_input("ftp://host/data/", true, &settings)
-            .err()
-            .unwrap();
+        let error = url_input(
+            "ftp://host/data/",
+            true,
+            &settings,
+            &mut OpenStores::default(),
+        )
+        .err()
+        .unwrap();
         assert!(
             error.to_string().contains("unknown scheme \"ftp\""),
             "{error}"
         );
-        let error = url_input("not a url", true, &settings).err().unwrap();
+        let error = url_input("not a url", true, &settings, &mut OpenStores::default())
+            .err()
+            .unwrap();
         assert!(matches!(error, Error::UnsupportedUrl { .. }), "{error}");
+    }
+
+    /// URLs of one bucket share one store (client, pool and runtime); another bucket opens its
+    /// own. Opening a store contacts nothing.
+    #[cfg(feature = "s3")]
+    #[test]
+    fn urls_of_one_bucket_share_its_store() {
+        let settings = RemoteSettings {
+            options: [
+                ("aws_endpoint", "http://127.0.0.1:9"),
+                ("aws_region", "us-east-1"),
+            ]
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .to_vec(),
+            retry: RetryPolicy::default(),
+        };
+        let mut stores = OpenStores::default();
+        let mut open = |url: &str| {
+            let url = url::Url::parse(url).unwrap();
+            stores.open(&url, &settings).unwrap()
+        };
+        let (first, path) = open("s3://bucket/a/part-0.parquet");
+        let (second, other_path) = open("s3://bucket/b/");
+        let (elsewhere, _) = open("s3://other/a/part-0.parquet");
+        assert!(std::sync::Arc::ptr_eq(&first, &second));
+        assert!(!std::sync::Arc::ptr_eq(&first, &elsewhere));
+        assert_eq!(path.as_ref(), "a/part-0.parquet");
+        assert_eq!(other_path.as_ref(), "b");
     }
 }

@@ -102,8 +102,7 @@ impl RemoteStore {
             reason,
         };
         let store = build_store(url, options).map_err(unsupported)?;
-        let path = ObjectPath::from_url_path(url.path())
-            .map_err(|error| unsupported(format!("its path is not valid: {error}")))?;
+        let path = Self::path_of(url)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RUNTIME_THREADS)
             .thread_name("kiln-object-store")
@@ -118,6 +117,14 @@ impl RemoteStore {
             base,
         };
         Ok((Arc::new(store), path))
+    }
+
+    /// The path of `url` inside its store.
+    pub(crate) fn path_of(url: &Url) -> Result<ObjectPath> {
+        ObjectPath::from_url_path(url.path()).map_err(|error| Error::UnsupportedUrl {
+            url: url.to_string(),
+            reason: format!("its path is not valid: {error}"),
+        })
     }
 
     /// The URL of an object of this store.
