@@ -305,6 +305,33 @@ fn rejected_nulls_name_file_row_group_column_and_row() {
     assert!(error.to_string().contains("null values"), "{error}");
 }
 
+/// A row group of more than 8,192 rows decodes in chunks: a null in the second chunk is named
+/// by its row in the row group, not in the chunk; the chunks join in order as one batch.
+#[test]
+fn a_null_past_the_first_decode_chunk_is_named_by_its_row_in_the_row_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 20_000;
+    let ids: Vec<Option<i64>> = (0..rows).map(|id| (id != 10_000).then_some(id)).collect();
+    let batch = RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(ids)) as _)]).unwrap();
+    write_batch(&dir.path().join("long.parquet"), &batch, rows as usize);
+    let source = ParquetSource::builder()
+        .dir(dir.path())
+        .build_with(id_decoder())
+        .unwrap();
+    assert_eq!(source.num_blocks(), 1);
+    let error = source.read_block(0).unwrap_err();
+    match &error {
+        Error::Decode { row_group, row, .. } => {
+            assert_eq!(*row_group, 0);
+            assert_eq!(*row, Some(10_000), "{error}");
+        }
+        other => panic!("expected a decode error, got {other}"),
+    }
+    let whole = ParquetSource::builder().dir(dir.path()).build().unwrap();
+    let joined = whole.read_record_batch(0).unwrap();
+    assert_eq!(joined, batch);
+}
+
 #[test]
 fn block_indices_past_the_end_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
