@@ -95,27 +95,17 @@ where
             config.overfit_batches,
             crate::param_shapes::param_shapes::<B, M>(self.model()),
         );
-        let bytes = serde_json::to_vec(&shared).expect("the settings serialize");
-        let fingerprint = kiln_ml_core::Fingerprint::of_bytes(&bytes).as_u128() as u64;
-        let sums = all_reduce_counts::<B::InnerBackend, { crate::agreement::VALUES }>(
-            &membership.collective,
-            crate::agreement::values(fingerprint),
-            &self.device,
-        )
-        .map_err(|message| {
-            membership.error("the all-reduce that checks the replicas agree", message)
-        })?;
-        crate::agreement::check(&sums, fingerprint, membership.world).map_err(|disagreement| {
-            let reason = disagreement.describe(
-                membership.world,
+        self.check_replicas_agree(
+            membership,
+            &shared,
+            "the all-reduce that checks the replicas agree",
+            || {
                 "the replicas built different trainers: every replica needs the same precision, \
                  precision policy, loss scaler, accumulation, loss normalization, clipping, \
-                 epochs and step limits, and a model of the same parameter shapes",
-            );
-            Error::InvalidDataParallel {
-                reason: format!("replica {}: {reason}", membership.rank),
-            }
-        })
+                 epochs and step limits, and a model of the same parameter shapes"
+                    .to_owned()
+            },
+        )
     }
 
     /// Under data parallelism, fails unless every replica starts `fit` from the same state:
@@ -134,35 +124,50 @@ where
             self.epoch,
             self.position,
         );
-        let bytes = serde_json::to_vec(&start).expect("the start state serializes");
+        self.check_replicas_agree(
+            membership,
+            &start,
+            "the all-reduce that checks the replicas start from the same state",
+            || {
+                let loaded = match self.loaded_checkpoint {
+                    Some(checksum) => format!("the checkpoint with checksum {checksum}"),
+                    None => "no checkpoint".to_owned(),
+                };
+                format!(
+                    "the replicas start `fit` from different states: this one loaded {loaded} \
+                     and stands at optimizer step {}, epoch {} after {} samples. Load the same \
+                     checkpoint on every replica, after `join` (or none on any)",
+                    self.counters.optimizer_steps, self.position.epoch, self.position.consumed
+                )
+            },
+        )
+    }
+
+    /// One all-reduce that fails unless every replica holds the same `shared` value (compared by
+    /// a 64-bit fingerprint; see `agreement.rs`) and counts the world this replica was told.
+    /// `during` names the call in a collective error; `differs` says what a different value
+    /// means, for this replica's error.
+    fn check_replicas_agree<T: serde::Serialize>(
+        &self,
+        membership: &Membership,
+        shared: &T,
+        during: &'static str,
+        differs: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let bytes = serde_json::to_vec(shared).expect("the compared state serializes");
         let fingerprint = kiln_ml_core::Fingerprint::of_bytes(&bytes).as_u128() as u64;
         let sums = all_reduce_counts::<B::InnerBackend, { crate::agreement::VALUES }>(
             &membership.collective,
             crate::agreement::values(fingerprint),
             &self.device,
         )
-        .map_err(|message| {
-            membership.error(
-                "the all-reduce that checks the replicas start from the same state",
-                message,
-            )
-        })?;
+        .map_err(|message| membership.error(during, message))?;
         crate::agreement::check(&sums, fingerprint, membership.world).map_err(|disagreement| {
-            let loaded = match self.loaded_checkpoint {
-                Some(checksum) => format!("the checkpoint with checksum {checksum}"),
-                None => "no checkpoint".to_owned(),
-            };
-            let fingerprinted = format!(
-                "the replicas start `fit` from different states: this one loaded {loaded} and \
-                 stands at optimizer step {}, epoch {} after {} samples. Load the same checkpoint \
-                 on every replica, after `join` (or none on any)",
-                self.counters.optimizer_steps, self.position.epoch, self.position.consumed
-            );
             Error::InvalidDataParallel {
                 reason: format!(
                     "replica {}: {}",
                     membership.rank,
-                    disagreement.describe(membership.world, &fingerprinted)
+                    disagreement.describe(membership.world, &differs())
                 ),
             }
         })
