@@ -2,7 +2,6 @@
 //! reads.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -15,7 +14,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
 use super::change_stamp::ChangeStamp;
-use super::footer::Footer;
+use super::footer::{Footer, read_at};
 use super::integrity::check_footer;
 use super::projection::Projection;
 use super::range_reader::RangeReader;
@@ -64,43 +63,16 @@ impl ParquetFile {
     /// The Parquet reader can panic on a malformed footer; that is caught here (on whichever
     /// thread opens the file) and reported as [`Error::CorruptParquet`] naming the file.
     pub(crate) fn open(path: &Path, columns: Option<&[String]>) -> Result<Self> {
-        catch_unwind(AssertUnwindSafe(|| Self::open_unguarded(path, columns))).unwrap_or_else(
-            |payload| {
-                Err(Error::CorruptParquet {
-                    path: path.to_owned(),
-                    row_group: None,
-                    column: None,
-                    reason: format!(
-                        "the Parquet reader panicked reading the footer: {}",
-                        kiln_ml_core::panic_message(payload.as_ref())
-                    ),
-                })
-            },
-        )
-    }
-
-    fn open_unguarded(path: &Path, columns: Option<&[String]>) -> Result<Self> {
         let mut file = File::open(path).map_err(|source| Error::io("opening", path, source))?;
-        let (bytes, modified, stamp) = identity_of(&file, path)?;
-        let footer = Footer::read(&mut file, path, bytes)?;
-        let projection = Projection::new(path, &footer.metadata, columns)?;
-        let ranges = check_footer(
-            path,
-            footer.metadata.metadata(),
-            &projection.leaves,
-            footer.bytes.start,
-        )?;
-        Ok(Self {
-            path: path.to_owned(),
-            bytes,
-            modified,
-            stamp,
-            footer,
-            projection,
-            ranges,
+        let identity = identity_of(&file, path)?;
+        Self::open_with(
+            path.to_owned(),
+            identity,
+            &mut |range| read_at(&mut file, path, range),
+            columns,
             #[cfg(feature = "remote")]
-            remote: None,
-        })
+            None,
+        )
     }
 
     /// Opens an object from its fetched ends (see [`open`](Self::open)); a footer longer than
@@ -111,13 +83,26 @@ impl ParquetFile {
         ends: &Tail,
         columns: Option<&[String]>,
     ) -> Result<Self> {
-        let path = PathBuf::from(&object.url);
+        Self::open_with(
+            PathBuf::from(&object.url),
+            (object.size, UNIX_EPOCH, None),
+            &mut |range| object.read_for_footer(ends, range),
+            columns,
+            Some(object.clone()),
+        )
+    }
+
+    /// Reads the footer through `read_at` and checks it, for a file of `identity` (size,
+    /// modification time, change stamp), catching a panic of the Parquet reader.
+    fn open_with(
+        path: PathBuf,
+        (bytes, modified, stamp): (u64, SystemTime, Option<ChangeStamp>),
+        read_at: &mut dyn FnMut(Range<u64>) -> Result<Vec<u8>>,
+        columns: Option<&[String]>,
+        #[cfg(feature = "remote")] remote: Option<RemoteObject>,
+    ) -> Result<Self> {
         let opened = catch_unwind(AssertUnwindSafe(|| {
-            let footer = Footer::read_with(
-                &mut |range| object.read_for_footer(ends, range),
-                &path,
-                object.size,
-            )?;
+            let footer = Footer::read_with(read_at, &path, bytes)?;
             let projection = Projection::new(&path, &footer.metadata, columns)?;
             let ranges = check_footer(
                 &path,
@@ -125,18 +110,9 @@ impl ParquetFile {
                 &projection.leaves,
                 footer.bytes.start,
             )?;
-            Ok(Self {
-                path: path.clone(),
-                bytes: object.size,
-                modified: UNIX_EPOCH,
-                stamp: None,
-                footer,
-                projection,
-                ranges,
-                remote: Some(object.clone()),
-            })
+            Ok((footer, projection, ranges))
         }));
-        opened.unwrap_or_else(|payload| {
+        let (footer, projection, ranges) = opened.unwrap_or_else(|payload| {
             Err(Error::CorruptParquet {
                 path: path.clone(),
                 row_group: None,
@@ -146,6 +122,17 @@ impl ParquetFile {
                     kiln_ml_core::panic_message(payload.as_ref())
                 ),
             })
+        })?;
+        Ok(Self {
+            path,
+            bytes,
+            modified,
+            stamp,
+            footer,
+            projection,
+            ranges,
+            #[cfg(feature = "remote")]
+            remote,
         })
     }
 
@@ -345,11 +332,8 @@ impl ParquetFile {
     fn read_range(&self, file: &mut File, row_group: usize) -> Result<RangeReader> {
         let mut held = Vec::new();
         for range in self.row_group_ranges(row_group)?.iter().cloned() {
-            let mut buffer = vec![0; (range.end - range.start) as usize];
-            file.seek(SeekFrom::Start(range.start))
-                .and_then(|_| file.read_exact(&mut buffer))
-                .map_err(|source| Error::io("reading", &self.path, source))?;
-            held.push((range.start, Bytes::from(buffer)));
+            let start = range.start;
+            held.push((start, Bytes::from(read_at(file, &self.path, range)?)));
         }
         Ok(RangeReader::new(held, self.bytes))
     }

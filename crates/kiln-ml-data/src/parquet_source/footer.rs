@@ -40,14 +40,9 @@ pub(crate) struct Footer {
 
 impl Footer {
     /// Checks the magic at both ends of a file of `bytes` bytes, then reads, hashes and parses
-    /// its footer. The footer's stated length is checked against the file before anything is
-    /// allocated by it.
-    pub(crate) fn read(file: &mut File, path: &Path, bytes: u64) -> Result<Self> {
-        Self::read_with(&mut |range| read_at(file, path, range), path, bytes)
-    }
-
-    /// [`read`](Self::read) with the bytes from `read_at` (a file, or an object's fetched
-    /// ends).
+    /// its footer, with the bytes from `read_at` (a local file, or an object's fetched ends).
+    /// The footer's stated length is checked against the file before anything is allocated by
+    /// it.
     pub(crate) fn read_with(
         read_at: &mut dyn FnMut(Range<u64>) -> Result<Vec<u8>>,
         path: &Path,
@@ -154,7 +149,8 @@ fn read_ends(
     }
 }
 
-fn read_at(file: &mut File, path: &Path, range: Range<u64>) -> Result<Vec<u8>> {
+/// The bytes of `range` of a local file.
+pub(crate) fn read_at(file: &mut File, path: &Path, range: Range<u64>) -> Result<Vec<u8>> {
     let mut buffer = vec![0; (range.end - range.start) as usize];
     file.seek(SeekFrom::Start(range.start))
         .and_then(|_| file.read_exact(&mut buffer))
