@@ -186,12 +186,29 @@ fn remote_epochs_deliver_what_local_disk_does() {
         assert_eq!(directory.num_samples(), 40 + 150, "{url}");
         assert_eq!(directory.paths().count(), 2, "{url}");
     }
+    // Many object URLs: looked up together, read in the order given.
+    let mut many = remote_builder(&server, "s3://kiln/data/part-4.parquet");
+    for name in ["part-2.parquet", "part-3.parquet"] {
+        many = many.url(format!("s3://kiln/data/{name}"));
+    }
+    let many = many.build().unwrap();
+    assert_eq!(many.num_samples(), 90 + 60 + 200);
+    let order: Vec<String> = many
+        .paths()
+        .map(|path| path.display().to_string())
+        .collect();
+    assert!(order[0].ends_with("part-4.parquet"), "{order:?}");
     let missing = "s3://kiln/data/missing.parquet";
     let error = remote_builder(&server, missing).build().unwrap_err();
     assert!(
         matches!(error, Error::Remote { attempts: 1, .. }),
         "{error}"
     );
+    assert!(error.to_string().contains(missing), "{error}");
+    let error = remote_builder(&server, "s3://kiln/data/part-2.parquet")
+        .url(missing)
+        .build()
+        .unwrap_err();
     assert!(error.to_string().contains(missing), "{error}");
     let error = remote_builder(&server, "s3://kiln/nothing-here/")
         .build()

@@ -31,6 +31,7 @@ pub(crate) fn discover(
     let mut files: Vec<Found> = Vec::new();
     let mut seen: HashMap<PathBuf, usize> = HashMap::new();
     let mut stores = OpenStores::default();
+    stores.look_up_ahead(inputs, remote);
     for input in inputs {
         let input = &match input {
             Input::Url(url) => match url_input(url, hive, remote, &mut stores)? {

@@ -21,6 +21,48 @@ pub(crate) struct RemoteSettings {
 pub(crate) struct OpenStores {
     #[cfg(feature = "remote")]
     by_base: std::collections::HashMap<String, std::sync::Arc<super::remote::RemoteStore>>,
+    /// Objects that URL inputs name, looked up ahead of them by URL ([`look_up_ahead`]).
+    #[cfg(feature = "remote")]
+    looked_up: std::collections::HashMap<String, Result<super::remote::RemoteObject>>,
+}
+
+impl OpenStores {
+    /// Looks up every object that a URL among `inputs` names (one HEAD request each), many at
+    /// a time per store, so that a source of many object URLs does not wait for each lookup in
+    /// turn; [`url_input`] then takes the answers. A URL that does not parse or whose store
+    /// does not open is left to `url_input` to report.
+    #[cfg_attr(not(feature = "remote"), allow(unused_variables))]
+    pub(crate) fn look_up_ahead(&mut self, inputs: &[Input], settings: &RemoteSettings) {
+        #[cfg(feature = "remote")]
+        {
+            let mut urls = Vec::new();
+            let mut wanted = Vec::new();
+            for input in inputs {
+                let Input::Url(url) = input else { continue };
+                let Ok(parsed) = url::Url::parse(url) else {
+                    continue;
+                };
+                if parsed.scheme() == "file" || !names_an_object(&parsed) {
+                    continue;
+                }
+                if let Ok(opened) = self.open(&parsed, settings) {
+                    urls.push(parsed.to_string());
+                    wanted.push(opened);
+                }
+            }
+            let found = super::remote::RemoteObject::look_up_all(&wanted);
+            self.looked_up.extend(urls.into_iter().zip(found));
+        }
+    }
+}
+
+/// Whether a URL names one object rather than a prefix: its key ends in `.parquet` or `.parq`
+/// and it has no trailing slash (which names a prefix even then: Spark and pyarrow write
+/// datasets into directories named `events.parquet/`).
+#[cfg(feature = "remote")]
+fn names_an_object(url: &url::Url) -> bool {
+    let key = url.path().to_ascii_lowercase();
+    !key.ends_with('/') && (key.ends_with(".parquet") || key.ends_with(".parq"))
 }
 
 #[cfg(feature = "remote")]
@@ -97,14 +139,13 @@ fn remote(
     use super::remote::{RemoteObject, list_objects};
 
     let (store, path) = stores.open(parsed, settings)?;
-    let key = path.as_ref().to_ascii_lowercase();
-    // A trailing slash names a prefix even where its name ends in `.parquet`: Spark and pyarrow
-    // write datasets into directories named so (`events.parquet/part-0.parquet`).
-    let names_a_file =
-        !parsed.path().ends_with('/') && (key.ends_with(".parquet") || key.ends_with(".parq"));
     let mut listed = None;
-    if names_a_file {
-        match RemoteObject::head(store.clone(), path.clone()) {
+    if names_an_object(parsed) {
+        let looked_up = match stores.looked_up.remove(parsed.as_str()) {
+            Some(looked_up) => looked_up,
+            None => RemoteObject::head(store.clone(), path.clone()),
+        };
+        match looked_up {
             Ok(object) => {
                 return Ok(UrlInput::Remote(vec![Found {
                     path: PathBuf::from(&object.url),

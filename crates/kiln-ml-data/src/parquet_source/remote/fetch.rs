@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt};
 
@@ -60,20 +61,46 @@ impl RemoteObject {
 
     /// Looks an object up (one HEAD request, retried).
     pub(crate) fn head(store: Arc<RemoteStore>, location: ObjectPath) -> Result<Self> {
+        let runtime = Arc::clone(&store);
+        runtime.runtime.block_on(Self::look_up(store, location))
+    }
+
+    /// [`head`](Self::head), as a future on the store's runtime.
+    async fn look_up(store: Arc<RemoteStore>, location: ObjectPath) -> Result<Self> {
         let url = store.url_of(&location);
         let object_store = Arc::clone(&store.store);
-        let retry = store.retry;
-        let meta = store
-            .runtime
-            .block_on(with_retries(retry, || {
-                let object_store = Arc::clone(&object_store);
-                let location = location.clone();
-                async move { object_store.head(&location).await }
-            }))
-            .map_err(|(attempts, error)| {
-                remote_error(&url, None, "looking up", attempts, &error)
-            })?;
+        let meta = with_retries(store.retry, || {
+            let object_store = Arc::clone(&object_store);
+            let location = location.clone();
+            async move { object_store.head(&location).await }
+        })
+        .await
+        .map_err(|(attempts, error)| remote_error(&url, None, "looking up", attempts, &error))?;
         Ok(Self::new(store, &meta))
+    }
+
+    /// Looks up every object of `wanted` (each a store and a path), many at a time on each
+    /// store's runtime; the answers are in `wanted`'s order.
+    pub(crate) fn look_up_all(wanted: &[(Arc<RemoteStore>, ObjectPath)]) -> Vec<Result<Self>> {
+        let mut found: Vec<Option<Result<Self>>> = wanted.iter().map(|_| None).collect();
+        for (store, mine) in by_store(wanted.iter().map(|(store, _)| store)) {
+            let looked_up: Vec<(usize, Result<Self>)> = store.runtime.block_on(
+                futures::stream::iter(mine)
+                    .map(|index| {
+                        let (store, path) = wanted[index].clone();
+                        async move { (index, Self::look_up(store, path).await) }
+                    })
+                    .buffer_unordered(OPENS_IN_FLIGHT)
+                    .collect(),
+            );
+            for (index, result) in looked_up {
+                found[index] = Some(result);
+            }
+        }
+        found
+            .into_iter()
+            .map(|one| one.expect("every object belongs to one of the stores"))
+            .collect()
     }
 
     /// Fetches the object's two ends (two requests at once, retried).
@@ -314,26 +341,35 @@ pub(super) fn remote_error(
 /// Objects' ends fetched when a source opens them, up to this many at a time per store.
 const OPENS_IN_FLIGHT: usize = 32;
 
+/// The distinct stores of `stores` (by identity), each with the indices that name it, in
+/// first-seen order.
+fn by_store<'a>(
+    stores: impl Iterator<Item = &'a Arc<RemoteStore>>,
+) -> Vec<(&'a Arc<RemoteStore>, Vec<usize>)> {
+    let mut grouped: Vec<(&Arc<RemoteStore>, Vec<usize>)> = Vec::new();
+    for (index, store) in stores.enumerate() {
+        match grouped
+            .iter_mut()
+            .find(|(seen, _)| Arc::ptr_eq(seen, store))
+        {
+            Some((_, indices)) => indices.push(index),
+            None => grouped.push((store, vec![index])),
+        }
+    }
+    grouped
+}
+
 /// Fetches the ends of every object, many at a time, each on its own store's runtime; the
 /// answers are in the objects' order.
 pub(crate) fn fetch_all_ends(objects: &[&RemoteObject]) -> Vec<Result<Tail>> {
-    use futures::StreamExt;
-
     let mut ends: Vec<Option<Result<Tail>>> = objects.iter().map(|_| None).collect();
-    let mut stores: Vec<&Arc<RemoteStore>> = Vec::new();
-    for object in objects {
-        if !stores.iter().any(|store| Arc::ptr_eq(store, &object.store)) {
-            stores.push(&object.store);
-        }
-    }
-    for store in stores {
-        let mine = objects
-            .iter()
-            .enumerate()
-            .filter(|(_, object)| Arc::ptr_eq(&object.store, store));
+    for (store, mine) in by_store(objects.iter().map(|object| &object.store)) {
         let fetched: Vec<(usize, Result<Tail>)> = store.runtime.block_on(
             futures::stream::iter(mine)
-                .map(|(index, object)| async move { (index, object.fetch_ends().await) })
+                .map(|index| {
+                    let object = objects[index];
+                    async move { (index, object.fetch_ends().await) }
+                })
                 .buffer_unordered(OPENS_IN_FLIGHT)
                 .collect(),
         );
