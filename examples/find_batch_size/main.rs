@@ -125,7 +125,12 @@ impl BackendTask for Find {
             .probe(Arc::clone(&self.probe))
             .budget_bytes(args.budget_bytes());
         if args.mode == Mode::Shrink {
-            finder = finder.start(args.dataset_size.min(8192));
+            // From the largest size down to 1 if need be: every trial but the last fails, and
+            // 25 (the default) would stop 0.9^24 below the start, above the true maximum of a
+            // small budget (648 from 8192).
+            let start = args.dataset_size.min(8192);
+            let to_one = ((start as f64).ln() / (1.0f64 / 0.9).ln()).ceil() as usize + 2;
+            finder = finder.start(start).max_trials(to_one);
         }
         if args.child_process {
             finder = finder.child_process(ChildCommand::this_program()?);

@@ -215,13 +215,11 @@ where
                 .push(|out| {
                     let start = out.len();
                     self.codec.encode(sample, out)?;
-                    // Each block's first record is decoded back: a codec that cannot read what
-                    // it wrote fails here, by name, instead of every later read discarding the
-                    // segment as corrupt and building it again.
-                    if row == 0 {
-                        round_trips(&self.codec, out, start)?;
-                    }
-                    Ok(())
+                    // Every record is decoded back (cheap beside the transform): a codec that
+                    // cannot read what it wrote, for some samples only, fails here, by name and
+                    // row, instead of every later read discarding the segment as corrupt and
+                    // building it again (a cache that silently never hits).
+                    round_trips(&self.codec, out, start)
                 })
                 .map_err(|error: CodecError| Error::Encode {
                     location: self.inner.describe_block(block),

@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kiln_ml_cache::{Cached, CodecError, DiskCache, Error, PodCodec};
 use kiln_ml_core::{BlockLayout, BlockSource, Fingerprint, FnTransform, ReadError, transform_fn};
@@ -571,25 +571,72 @@ fn a_codec_that_cannot_read_its_own_records_is_named_when_the_block_is_built() {
     assert_eq!(cached.stats().bytes_written, 0, "nothing was cached");
 }
 
+/// A record that does not decode past the first is named too: block 0 holds samples 0..4, and
+/// its second record (1.0) does not decode. Nothing is cached, so no later read serves or
+/// discards it.
+#[test]
+fn a_record_past_the_first_that_does_not_decode_is_named_when_the_block_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let cached = cached_in(&dir, 1, &calls).with_codec(FirstValueCodec { unreadable: &[1.0] });
+    let error = cached.read_block(0).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::Encode {
+                block: 0,
+                row: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(cached.stats().bytes_written, 0, "nothing was cached");
+}
+
+/// Stores a sample's first value as 4 little-endian bytes, and stops decoding once `broken` is
+/// set (a decoder that changed after the segments were written).
+struct BreakableCodec(Arc<AtomicBool>);
+
+impl kiln_ml_cache::Codec<Vec<f32>> for BreakableCodec {
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::builder().str("breakable").finish()
+    }
+
+    fn encode(&self, item: &Vec<f32>, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        out.extend_from_slice(&item[0].to_le_bytes());
+        Ok(())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>, CodecError> {
+        if self.0.load(Ordering::Relaxed) {
+            return Err(CodecError::new("broken"));
+        }
+        let value = f32::from_le_bytes(bytes.try_into().map_err(|_| CodecError::new("length"))?);
+        Ok(vec![value])
+    }
+}
+
 #[test]
 fn a_ram_segment_that_does_not_decode_is_no_hit_and_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    // Block 0 holds samples 0..4: its first record decodes, its second (1.0) does not.
+    let broken = Arc::new(AtomicBool::new(false));
     let cached = cached_in(&dir, 1, &calls)
-        .with_codec(FirstValueCodec { unreadable: &[1.0] })
+        .with_codec(BreakableCodec(Arc::clone(&broken)))
         .with_ram_budget(1 << 20);
-    for _ in 0..3 {
-        cached.read_block(0).unwrap();
-    }
+    cached.read_block(0).unwrap();
+    assert!(cached.stats().ram_bytes > 0);
+    broken.store(true, Ordering::Relaxed);
+    // The RAM and disk copies no longer decode: neither is a hit, both are dropped, and the
+    // block built again is refused by name.
+    let error = cached.read_block(0).unwrap_err();
+    assert!(matches!(error, Error::Encode { block: 0, .. }), "{error}");
     let stats = cached.stats();
     assert_eq!(stats.ram_hits, 0, "{stats:?}");
-    assert_eq!(stats.misses, 3, "{stats:?}");
-    assert_eq!(
-        calls.load(Ordering::Relaxed),
-        12,
-        "each read computed the block again"
-    );
+    assert_eq!(stats.disk_hits, 0, "{stats:?}");
+    assert_eq!(stats.ram_bytes, 0, "{stats:?}");
+    assert_eq!(calls.load(Ordering::Relaxed), 8, "built twice");
 }
 
 /// The default codec, counting how often it is asked for its fingerprint.

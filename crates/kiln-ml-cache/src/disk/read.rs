@@ -110,10 +110,19 @@ impl DiskCache {
     }
 
     /// Removes the segment of `key`, counts and records the corruption, and returns the error.
-    pub(crate) fn discard_corrupt(&self, key: &SegmentKey, reason: String) -> Error {
+    /// A segment that could not be deleted stays counted (it is still on disk), and the report
+    /// says why it stays.
+    pub(crate) fn discard_corrupt(&self, key: &SegmentKey, mut reason: String) -> Error {
         let path = self.segment_path(key);
-        let _ = std::fs::remove_file(&path);
-        self.lock_index().remove(&key.digest());
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                self.lock_index().remove(&key.digest());
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                self.lock_index().remove(&key.digest());
+            }
+            Err(error) => reason.push_str(&format!("; it could not be removed: {error}")),
+        }
         Counters::add(&self.counters.corrupt_segments, 1);
         Counters::add(&self.counters.misses, 1);
         self.record_corruption(path, key, reason)

@@ -23,8 +23,8 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 ///   file is not synced: after a power loss a short segment fails verification and is rebuilt). Segments'
 ///   temporary files older than an hour are removed when the cache is opened, and so are segments of older
 ///   format versions (their names say it), which this build can never read. Segments of newer
-///   versions are left alone and not counted: builds of two kiln versions may share a
-///   directory without sharing segments.
+///   versions are left alone and not counted. So builds of two segment format versions must
+///   not share a directory while both run: the newer removes the older's segments when it opens.
 /// - **Verified reads**: every byte of a segment is verified before use (header, index and
 ///   payload checksums, and the layout of the records); a corrupt segment is removed, reported
 ///   with its damaged records ([`corrupt_segments`](Self::corrupt_segments)) and never served.
@@ -79,9 +79,9 @@ impl DiskCache {
             } else {
                 match SegmentName::parse(&name) {
                     SegmentName::Current(digest) => found.push((modified, digest, metadata.len())),
-                    // Written by an older kiln: no build that reads this directory any more
-                    // will read it. Newer versions' segments are left to the builds that wrote
-                    // them (two versions may share a directory).
+                    // Written by an older kiln, which this build can never read (an older build
+                    // still running on this directory loses them: see the type's docs). Newer
+                    // versions' segments are left to the builds that wrote them.
                     SegmentName::OlderVersion => {
                         let _ = std::fs::remove_file(entry.path());
                     }

@@ -11,6 +11,7 @@ use std::fmt::Display;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -144,8 +145,8 @@ pub(crate) fn run_in_child(
                 let _ = child.wait();
                 // The pipes close with the child, so the drains end, unless a process it
                 // started holds them open (a wrapper's): then they are left to end on their own.
-                let _ = join_within(stdout, PIPE_GRACE);
-                let _ = join_within(stderr, PIPE_GRACE);
+                stdout.finish();
+                stderr.finish();
                 return Err(child_error(format!(
                     "ran longer than {:?} and was killed",
                     command.timeout
@@ -159,8 +160,10 @@ pub(crate) fn run_in_child(
             }
         }
     };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
+    // As after a kill: a process the child started may hold the pipes open after it exited
+    // with its answer written; what was read by then is the answer.
+    let stdout = stdout.finish();
+    let stderr = stderr.finish();
     // Anywhere in a line (a test harness may have printed on the same line first); the last
     // such line is the answer.
     let answer = stdout.lines().rev().find_map(|line| {
@@ -210,16 +213,44 @@ fn join_within<T>(handle: std::thread::JoinHandle<T>, grace: Duration) -> Option
     handle.join().ok()
 }
 
-fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut pipe) = pipe {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            text = String::from_utf8_lossy(&bytes).into_owned();
+/// A pipe read to its end on a thread of its own, keeping what it read so far.
+struct Drain {
+    read: Arc<Mutex<Vec<u8>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Drain {
+    /// What the pipe gave: all of it once it closes, or what it gave within [`PIPE_GRACE`]
+    /// while another process holds it open (the thread is left to end with that process).
+    fn finish(self) -> String {
+        let _ = join_within(self.thread, PIPE_GRACE);
+        let read = self
+            .read
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        String::from_utf8_lossy(&read).into_owned()
+    }
+}
+
+fn drain(pipe: Option<impl Read + Send + 'static>) -> Drain {
+    let read = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&read);
+    let thread = std::thread::spawn(move || {
+        let Some(mut pipe) = pipe else { return };
+        let mut chunk = [0u8; 8192];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(bytes) => kept
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .extend_from_slice(&chunk[..bytes]),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
         }
-        text
-    })
+    });
+    Drain { read, thread }
 }
 
 #[cfg(unix)]
@@ -287,6 +318,29 @@ mod tests {
         slow.timeout = Duration::from_millis(200);
         let error = run_in_child(&slow, 4, 3, None).unwrap_err().to_string();
         assert!(error.contains("killed"), "{error}");
+    }
+
+    /// A child that answers and exits while a process it started holds stdout open: its answer
+    /// is read within the grace period, not after that process ends.
+    #[test]
+    fn an_answer_is_read_while_a_grandchild_holds_the_pipe() {
+        let command = shell(
+            r#"sleep 20 & echo 'KILN_PROFILE_TRIAL_RESULT {"outcome":"fits","peak_bytes":7}'"#,
+        );
+        let started = Instant::now();
+        let outcome = run_in_child(&command, 8, 3, None).unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Fits {
+                peak_bytes: Some(7)
+            }
+        );
+        // Not a speed bound: without the grace period the parent waits out the grandchild.
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -37,7 +37,9 @@ pub struct BatchSizeFinder {
     pub start: usize,
     /// Training steps per trial (3).
     pub steps_per_trial: usize,
-    /// At most this many trials (25; successful trials in `binsearch`, as in Lightning).
+    /// At most this many trials (25; successful trials in `binsearch`, as in Lightning). In
+    /// `shrink` every trial but the last fails, so the smallest size it reaches is
+    /// `start × shrink_factor^(max_trials − 1)`: raise it for a large start.
     pub max_trials: usize,
     /// `binsearch` answers `floor(size × (1 − margin))` (0.05).
     pub margin: f64,

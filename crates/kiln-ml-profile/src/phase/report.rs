@@ -30,7 +30,8 @@ pub struct PhaseReport {
     pub sync_calls: u64,
     /// Their total time, in seconds; already included in the phases they ended.
     pub sync_seconds: f64,
-    /// One row per action seen, in step order (`step` last).
+    /// One row per action seen, in the order of [`Action::ALL`]: the phases of a step, then
+    /// `step` (once a step was timed) and `first_step`.
     pub rows: Vec<PhaseRow>,
     /// Spans not kept for traces because the timer's span limit was reached.
     pub spans_dropped: u64,

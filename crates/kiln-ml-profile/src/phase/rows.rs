@@ -19,7 +19,9 @@ pub(super) fn rows(state: &State, mode: TimingMode) -> (Vec<PhaseRow>, Duration)
     let mut rows = Vec::new();
     for action in Action::ALL {
         let row = match action {
-            Action::Step => Some(row_from(action, &state.tallies.steps, false)),
+            // Only once a step was timed: a report without steps has no step row to misread.
+            Action::Step => (state.tallies.steps.calls > 0)
+                .then(|| row_from(action, &state.tallies.steps, false)),
             Action::FirstStep => state.first_step.map(|(_, elapsed)| {
                 let mut once = Tally::default();
                 once.add(elapsed);

@@ -15,7 +15,8 @@ type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
 /// from `fit`'s `BatchReady` events (a hand-written loop over `train_batch` emits none: feed a
 /// [`Throughput`] yourself there), FLOPs from a closure or a per-sample count, and the time of
 /// validation (Lightning #21291) and of checkpoint saves (between steps, in none) left out of
-/// the elapsed time. A step whose FLOP count is not a finite number at least 0 is an error
+/// the elapsed time; the window restarts when the first step has ended on the device
+/// ([`Event::FirstStep`]), so its kernel compilation counts in no step. A step whose FLOP count is not a finite number at least 0 is an error
 /// ([`error`](Self::error)) and counts no FLOPs; the steps after it count theirs. It asks for no device sync
 /// ([`Timing::Host`]): the time read after a step is the host's, ahead of the device by at most
 /// the work the trainer lets it queue (`max_queued_steps`: 2 steps by default, unbounded with
@@ -101,10 +102,28 @@ impl ThroughputMeter {
         self.lock().throughput.compute()
     }
 
-    /// The first error the window reported (counters cannot go backwards, so this means the
-    /// meter saw events of two runs), if any.
+    /// The first error the meter met, if any: a step's FLOP count that is not a finite number
+    /// at least 0, or counters that went backwards in the window (the meter saw events of two
+    /// runs).
     pub fn error(&self) -> Option<String> {
         self.lock().error.clone()
+    }
+
+    /// Updates the window with the counts so far, at the clock's time less what is left out.
+    fn record(&self, state: &mut MeterState) {
+        let sample = ThroughputSample {
+            elapsed: self.clock.now().saturating_sub(state.excluded),
+            optimizer_steps: state.steps,
+            micro_batches: state.micro_batches,
+            samples: state.samples,
+            items: None,
+            flops: self.step_flops.as_ref().map(|_| state.flops),
+        };
+        if let Err(error) = state.throughput.update(sample)
+            && state.error.is_none()
+        {
+            state.error = Some(error.to_string());
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MeterState> {
@@ -146,19 +165,14 @@ impl Observer for ThroughputMeter {
                         ));
                     }
                 }
-                let sample = ThroughputSample {
-                    elapsed: self.clock.now().saturating_sub(state.excluded),
-                    optimizer_steps: state.steps,
-                    micro_batches: state.micro_batches,
-                    samples: state.samples,
-                    items: None,
-                    flops: self.step_flops.as_ref().map(|_| state.flops),
-                };
-                if let Err(error) = state.throughput.update(sample)
-                    && state.error.is_none()
-                {
-                    state.error = Some(error.to_string());
-                }
+                self.record(&mut state);
+            }
+            // The first step ended on the device: its time (kernel compilation and autotuning
+            // on a GPU) ran mostly after its `Step` event, between the window's first two
+            // updates. The window restarts from here, as the phase timer leaves that step out.
+            Event::FirstStep { .. } => {
+                state.throughput.reset();
+                self.record(&mut state);
             }
             _ => {}
         }
@@ -221,6 +235,34 @@ mod tests {
         let (told, untold) = (told.report().unwrap(), untold.report().unwrap());
         assert!(
             told.window_seconds < untold.window_seconds - 0.005,
+            "{} s against {} s",
+            told.window_seconds,
+            untold.window_seconds
+        );
+    }
+
+    #[test]
+    fn the_first_steps_time_on_the_device_is_left_out_of_the_window() {
+        // Two meters on one clock see the same steps; one also hears that step 1 ended on the
+        // device 20 ms after its `Step` event (its kernels compiling), and leaves that out.
+        let clock = Clock::start();
+        let (told, untold) = (meter(clock), meter(clock));
+        for number in 1..=4 {
+            step(&told, number);
+            step(&untold, number);
+            if number == 1 {
+                std::thread::sleep(Duration::from_millis(20));
+                told.on_event(&Event::FirstStep {
+                    step: 1,
+                    elapsed: Duration::from_millis(25),
+                });
+            }
+        }
+        let (told, untold) = (told.report().unwrap(), untold.report().unwrap());
+        // Steps 2 to 4 either way: from the end of step 1 on the device, or from its event.
+        assert_eq!((told.window_steps, untold.window_steps), (3, 3));
+        assert!(
+            told.window_seconds < untold.window_seconds - 0.015,
             "{} s against {} s",
             told.window_seconds,
             untold.window_seconds

@@ -370,3 +370,16 @@ fn the_first_step_of_a_run_gets_its_own_row_and_leaves_the_others() {
         1
     );
 }
+
+/// A timer that saw no step reports no step row (a `row("step")` lookup then finds nothing,
+/// rather than a step row of 0 calls), and its table holds only the total.
+#[test]
+fn a_report_without_steps_has_no_step_row() {
+    let timer = PhaseTimer::new(Clock::start(), TimingMode::Accurate);
+    let report = timer.report();
+    assert!(report.row("step").is_none(), "{:?}", report.rows);
+    assert!(!report.table().contains("| step "), "{}", report.table());
+    run_step(&timer, 1, &PHASES, true);
+    run_step(&timer, 2, &PHASES, true);
+    assert!(timer.report().row("step").is_some());
+}
