@@ -416,7 +416,8 @@ fn identity_of(file: &File, path: &Path) -> Result<(u64, SystemTime, Option<Chan
     Ok((metadata.len(), modified, ChangeStamp::of(&metadata)))
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
+#[cfg(unix)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
