@@ -1149,10 +1149,16 @@ impl BlockSource for LookupCost {
 #[test]
 fn launching_the_next_epoch_counts_as_data_wait() {
     let observer = Arc::new(RecordingObserver::new());
+    // 16 blocks of 2 rows, batches of 4, one batch prefetched and no block read ahead: the
+    // reads cannot all be dispatched before batches are taken, so the next epoch launches
+    // inside `next`, whatever the threads' timing.
     let source = LookupCost {
-        inner: MemorySource::with_ids(&[&[8, 8]]),
+        inner: MemorySource::with_ids(&[&[2; 16]]),
     };
-    let loader = Loader::new(source, NoCollate, LoaderConfig::new())
+    let config = LoaderConfig::new()
+        .with_prefetch_batches(1)
+        .with_read_ahead_blocks(0);
+    let loader = Loader::new(source, NoCollate, config)
         .unwrap()
         .with_observer(Arc::clone(&observer));
     let sampler = InOrderSampler::new(4);
@@ -1162,11 +1168,12 @@ fn launching_the_next_epoch_counts_as_data_wait() {
     let next = sampler
         .plan(loader.source().as_ref(), &PlanRequest::new(0, 1))
         .unwrap();
-    epoch.prefetch_next(next);
     SLOW_LOOKUPS.with(|slow| slow.set(true));
+    epoch.prefetch_next(next);
+    assert!(!epoch.next_started(), "launched before any batch was taken");
     let batches = epoch.by_ref().count();
     SLOW_LOOKUPS.with(|slow| slow.set(false));
-    assert_eq!(batches, 4);
+    assert_eq!(batches, 8);
     let waited: Duration = observer
         .events()
         .into_iter()

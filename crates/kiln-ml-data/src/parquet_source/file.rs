@@ -13,7 +13,7 @@ use kiln_ml_core::Fingerprint;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
-use super::change_stamp::ChangeStamp;
+use super::change_stamp::{ChangeStamp, Vouched};
 use super::footer::{Footer, read_at};
 use super::integrity::check_footer;
 use super::projection::Projection;
@@ -36,9 +36,9 @@ pub(crate) struct ParquetFile {
     path: PathBuf,
     bytes: u64,
     modified: SystemTime,
-    /// What tells a later read the local file is unchanged without reading its footer again
-    /// (`None` off Unix and for objects).
-    stamp: Option<ChangeStamp>,
+    /// The change stamp that tells a later read the local file is unchanged without reading
+    /// its footer again (none off Unix, for objects, or until the file's last change settled).
+    vouched: Vouched,
     footer: Footer,
     projection: Projection,
     /// Per row group, the byte ranges of its projected column chunks, coalesced, as
@@ -64,15 +64,18 @@ impl ParquetFile {
     /// thread opens the file) and reported as [`Error::CorruptParquet`] naming the file.
     pub(crate) fn open(path: &Path, columns: Option<&[String]>) -> Result<Self> {
         let mut file = File::open(path).map_err(|source| Error::io("opening", path, source))?;
-        let identity = identity_of(&file, path)?;
-        Self::open_with(
+        let checked_at = SystemTime::now();
+        let (bytes, modified, stamp) = identity_of(&file, path)?;
+        let opened = Self::open_with(
             path.to_owned(),
-            identity,
+            (bytes, modified),
             &mut |range| read_at(&mut file, path, range),
             columns,
             #[cfg(feature = "remote")]
             None,
-        )
+        )?;
+        opened.vouched.footer_matched(stamp, checked_at);
+        Ok(opened)
     }
 
     /// Opens an object from its fetched ends (see [`open`](Self::open)); a footer longer than
@@ -85,18 +88,18 @@ impl ParquetFile {
     ) -> Result<Self> {
         Self::open_with(
             PathBuf::from(&object.url),
-            (object.size, UNIX_EPOCH, None),
+            (object.size, UNIX_EPOCH),
             &mut |range| object.read_for_footer(ends, range),
             columns,
             Some(object.clone()),
         )
     }
 
-    /// Reads the footer through `read_at` and checks it, for a file of `identity` (size,
-    /// modification time, change stamp), catching a panic of the Parquet reader.
+    /// Reads the footer through `read_at` and checks it, for a file of `bytes` bytes last
+    /// modified at `modified`, catching a panic of the Parquet reader.
     fn open_with(
         path: PathBuf,
-        (bytes, modified, stamp): (u64, SystemTime, Option<ChangeStamp>),
+        (bytes, modified): (u64, SystemTime),
         read_at: &mut dyn FnMut(Range<u64>) -> Result<Vec<u8>>,
         columns: Option<&[String]>,
         #[cfg(feature = "remote")] remote: Option<RemoteObject>,
@@ -127,7 +130,7 @@ impl ParquetFile {
             path,
             bytes,
             modified,
-            stamp,
+            vouched: Vouched::default(),
             footer,
             projection,
             ranges,
@@ -249,19 +252,21 @@ impl ParquetFile {
 
     /// Fails when the file's size, modification time or footer changed since it was opened:
     /// its footer (and any cache keyed by its identity) would no longer describe it. The footer
-    /// is read again only when the file's change stamp moved (or there is none: see
-    /// `change_stamp.rs`).
+    /// is read again only while no change stamp vouches for the file (see `change_stamp.rs`).
     fn check_unchanged(&self, file: &mut File) -> Result<()> {
+        let checked_at = SystemTime::now();
         let (bytes, modified, stamp) = identity_of(file, &self.path)?;
         let reason = if bytes != self.bytes {
             format!("it had {} bytes and now has {bytes}", self.bytes)
         } else if modified != self.modified {
             "its modification time changed".to_owned()
-        } else if stamp.is_some() && stamp == self.stamp {
+        } else if self.vouched.vouches_for(stamp) {
             return Ok(());
         } else if !self.footer.is_unchanged_in(file, &self.path)? {
             "its footer changed (same size and modification time)".to_owned()
         } else {
+            // Read before the comparison, so a change after it moves the stamp again.
+            self.vouched.footer_matched(stamp, checked_at);
             return Ok(());
         };
         Err(Error::FileChanged {
@@ -432,10 +437,12 @@ mod tests {
         COMPARISONS.with(|count| count.get())
     }
 
-    /// Block reads of an unchanged local file cost one `fstat`, not a read of its footer; a
-    /// moved change stamp (a chmod here) has the footer compared once, and the read goes on.
+    /// Block reads of an unchanged local file cost one `fstat`, not a read of its footer, once
+    /// its last change settled; a moved change stamp (a chmod here) has the footer compared
+    /// until the change settles, and the reads go on.
     #[test]
     fn an_unchanged_file_is_read_without_reading_its_footer_again() {
+        let settle = || std::thread::sleep(std::time::Duration::from_millis(150));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ids.parquet");
         let ids = Int64Array::from_iter_values(0..100);
@@ -444,6 +451,7 @@ mod tests {
             ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
         writer.write(&batch).unwrap();
         writer.close().unwrap();
+        settle();
 
         let file = ParquetFile::open(&path, None).unwrap();
         let before = comparisons();
@@ -461,10 +469,19 @@ mod tests {
         permissions.set_mode(0o600);
         std::fs::set_permissions(&path, permissions).unwrap();
         file.read_row_group(0, None).unwrap();
+        file.read_row_group(0, None).unwrap();
         assert_eq!(
             comparisons(),
-            before + 1,
-            "the footer compared once the stamp moved"
+            before + 2,
+            "compared while the chmod is fresh"
+        );
+        settle();
+        file.read_row_group(0, None).unwrap();
+        file.read_row_group(0, None).unwrap();
+        assert_eq!(
+            comparisons(),
+            before + 3,
+            "compared once more, then vouched for by the new stamp"
         );
     }
 }

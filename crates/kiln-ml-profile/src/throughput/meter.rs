@@ -15,8 +15,8 @@ type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
 /// from `fit`'s `BatchReady` events (a hand-written loop over `train_batch` emits none: feed a
 /// [`Throughput`] yourself there), FLOPs from a closure or a per-sample count, and the time of
 /// validation (Lightning #21291) and of checkpoint saves (between steps, in none) left out of
-/// the elapsed time; the window restarts when the first step has ended on the device
-/// ([`Event::FirstStep`]), so its kernel compilation counts in no step. A step whose FLOP count is not a finite number at least 0 is an error
+/// the elapsed time; the window restarts when the meter's first [`Event::FirstStep`] arrives
+/// (the first step has ended on the device), so its kernel compilation counts in no step. A step whose FLOP count is not a finite number at least 0 is an error
 /// ([`error`](Self::error)) and counts no FLOPs; the steps after it count theirs. It asks for no device sync
 /// ([`Timing::Host`]): the time read after a step is the host's, ahead of the device by at most
 /// the work the trainer lets it queue (`max_queued_steps`: 2 steps by default, unbounded with
@@ -63,6 +63,8 @@ struct MeterState {
     flops: f64,
     excluded: Duration,
     error: Option<String>,
+    /// Whether the window restarted at the end of the first step already.
+    first_step_seen: bool,
 }
 
 impl ThroughputMeter {
@@ -80,6 +82,7 @@ impl ThroughputMeter {
                 flops: 0.0,
                 excluded: Duration::ZERO,
                 error: None,
+                first_step_seen: false,
             }),
         }
     }
@@ -170,7 +173,9 @@ impl Observer for ThroughputMeter {
             // The first step ended on the device: its time (kernel compilation and autotuning
             // on a GPU) ran mostly after its `Step` event, between the window's first two
             // updates. The window restarts from here, as the phase timer leaves that step out.
-            Event::FirstStep { .. } => {
+            // Once: every `fit` call reports its first step, and a later call's window goes on.
+            Event::FirstStep { .. } if !state.first_step_seen => {
+                state.first_step_seen = true;
                 state.throughput.reset();
                 self.record(&mut state);
             }
@@ -258,6 +263,11 @@ mod tests {
                 });
             }
         }
+        // A second `fit` call's first step does not restart the window again.
+        told.on_event(&Event::FirstStep {
+            step: 4,
+            elapsed: Duration::from_millis(1),
+        });
         let (told, untold) = (told.report().unwrap(), untold.report().unwrap());
         // Steps 2 to 4 either way: from the end of step 1 on the device, or from its event.
         assert_eq!((told.window_steps, untold.window_steps), (3, 3));
