@@ -594,8 +594,8 @@ fn a_record_past_the_first_that_does_not_decode_is_named_when_the_block_is_built
     assert_eq!(cached.stats().bytes_written, 0, "nothing was cached");
 }
 
-/// Stores a sample's first value as 4 little-endian bytes, and stops decoding once `broken` is
-/// set (a decoder that changed after the segments were written).
+/// [`FirstValueCodec`] that stops decoding once `broken` is set (a decoder that changed after
+/// the segments were written).
 struct BreakableCodec(Arc<AtomicBool>);
 
 impl kiln_ml_cache::Codec<Vec<f32>> for BreakableCodec {
@@ -604,16 +604,14 @@ impl kiln_ml_cache::Codec<Vec<f32>> for BreakableCodec {
     }
 
     fn encode(&self, item: &Vec<f32>, out: &mut Vec<u8>) -> Result<(), CodecError> {
-        out.extend_from_slice(&item[0].to_le_bytes());
-        Ok(())
+        kiln_ml_cache::Codec::encode(&FirstValueCodec { unreadable: &[] }, item, out)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>, CodecError> {
         if self.0.load(Ordering::Relaxed) {
             return Err(CodecError::new("broken"));
         }
-        let value = f32::from_le_bytes(bytes.try_into().map_err(|_| CodecError::new("length"))?);
-        Ok(vec![value])
+        kiln_ml_cache::Codec::decode(&FirstValueCodec { unreadable: &[] }, bytes)
     }
 }
 

@@ -54,19 +54,14 @@ impl DiskCache {
             // mapping's file intact. The map is read-only, and every byte is verified before
             // use. The cache directory must not be written by other programs (documented on
             // `DiskCache`).
-            let map = unsafe { MmapOptions::new().map(&file) }
-                .map_err(|source| Error::io("memory-mapping", &path, source))?;
-            SegmentBytes::Mapped(map)
+            match unsafe { MmapOptions::new().map(&file) } {
+                Ok(map) => SegmentBytes::Mapped(map),
+                // Some file systems refuse shared maps (FUSE mounts of object stores, some
+                // network file systems): such a segment is read as a small one is.
+                Err(_) => read_whole(&file, len, &path)?,
+            }
         } else {
-            let capacity = usize::try_from(len).unwrap_or(usize::MAX);
-            let mut buffer = Vec::new();
-            buffer
-                .try_reserve_exact(capacity)
-                .map_err(|error| Error::io("reading", &path, std::io::Error::other(error)))?;
-            (&file)
-                .read_to_end(&mut buffer)
-                .map_err(|source| Error::io("reading", &path, source))?;
-            SegmentBytes::owned(buffer)
+            read_whole(&file, len, &path)?
         };
         match Segment::verify(bytes, key) {
             Ok(segment) => {
@@ -165,6 +160,19 @@ impl DiskCache {
         self.counters.disk_hits.fetch_sub(1, Ordering::Relaxed);
         self.discard_read(key, opened, reason)
     }
+}
+
+/// The whole of an open segment file of `len` bytes, read into memory.
+fn read_whole(file: &File, len: u64, path: &std::path::Path) -> Result<SegmentBytes> {
+    let capacity = usize::try_from(len).unwrap_or(usize::MAX);
+    let mut buffer = Vec::new();
+    buffer
+        .try_reserve_exact(capacity)
+        .map_err(|error| Error::io("reading", path, std::io::Error::other(error)))?;
+    let mut file = file;
+    file.read_to_end(&mut buffer)
+        .map_err(|source| Error::io("reading", path, source))?;
+    Ok(SegmentBytes::owned(buffer))
 }
 
 /// Whether two metadata describe the same file (device and inode); without them (not Unix),

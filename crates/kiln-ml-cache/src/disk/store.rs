@@ -120,6 +120,9 @@ impl DiskCache {
     /// 1.2-1.5x faster than reading, and no second copy of the data in memory. Those figures
     /// come from `cargo bench -p kiln-ml-cache --bench segment_read` (see `docs/performance.md`);
     /// the best threshold depends on kernel and file system.
+    ///
+    /// A segment the file system refuses to map (some FUSE mounts and network file systems
+    /// do) is read instead.
     pub fn with_mmap_threshold(mut self, bytes: u64) -> Self {
         self.mmap_threshold = bytes;
         self

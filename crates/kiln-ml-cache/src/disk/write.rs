@@ -64,16 +64,17 @@ impl DiskCache {
                 }
                 continue;
             }
-            // A reader holding the file mapped keeps its data; NotFound means another process
-            // evicted it first.
+            // A reader holding the file mapped keeps its data. NotFound means another process
+            // evicted or removed it first: gone from the disk, but not this cache's eviction.
             match std::fs::remove_file(self.dir.join(file_name(digest))) {
-                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                    undeletable.push((digest, bytes));
-                }
-                _ => {
+                Ok(()) => {
                     index.bytes -= bytes;
                     Counters::add(&self.counters.evictions, 1);
                 }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    index.bytes -= bytes;
+                }
+                Err(_) => undeletable.push((digest, bytes)),
             }
         }
         for (digest, bytes) in undeletable {
@@ -160,6 +161,29 @@ mod tests {
         assert!(cache.contains(&key(2)));
         assert_eq!(cache.stats().evictions, 1);
         assert_eq!(cache.stats().disk_bytes, 2 * one);
+    }
+
+    /// A segment another process removed first is no longer counted, and is not this cache's
+    /// eviction.
+    #[test]
+    fn a_segment_removed_by_another_process_is_not_counted_as_evicted() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = segment(key(0), &[7; 100]).len() as u64;
+        let cache = DiskCache::open(dir.path())
+            .unwrap()
+            .with_limit_bytes(2 * one);
+        for block in 0..2 {
+            cache
+                .put(&key(block), &segment(key(block), &[7; 100]))
+                .unwrap();
+        }
+        // Another process (another kiln sharing the directory) evicts block 0.
+        std::fs::remove_file(cache.segment_path(&key(0))).unwrap();
+        cache.put(&key(2), &segment(key(2), &[7; 100])).unwrap();
+        let stats = cache.stats();
+        assert_eq!(stats.evictions, 0, "{stats:?}");
+        assert_eq!(stats.disk_bytes, 2 * one, "{stats:?}");
+        assert!(cache.contains(&key(1)) && cache.contains(&key(2)));
     }
 
     #[test]
