@@ -22,7 +22,7 @@ use kiln_ml::data::{
     columnar_fn, decoder_fn, int_vector, required_values,
 };
 use kiln_ml::sampler::{BlockShuffleConfig, RemainderPolicy, SequentialSampler, Sharding};
-use server::{S3Server, start_or_skip};
+use server::{RefusingServer, S3Server, start_or_skip, store_options};
 
 const BUCKET: &str = "kiln";
 const BATCH: u64 = 25;
@@ -219,6 +219,36 @@ fn remote_epochs_deliver_what_local_disk_does() {
         .build()
         .unwrap_err();
     assert!(error.to_string().contains("aws_no_such_option"), "{error}");
+}
+
+/// A store that denies the lookup of an object URL is not asked for a listing as well: the
+/// fallback to a dataset directory named like a file (`events.parquet/`) is for an object the
+/// store says is missing. Needs no S3 server: the refusing one counts the requests.
+#[test]
+fn a_denied_lookup_is_reported_without_listing_its_prefix() {
+    let server = RefusingServer::start();
+    let url = "s3://kiln/data/part-0.parquet";
+    let mut builder = ParquetSource::builder().url(url).retry(
+        RetryPolicy::default()
+            .with_attempts(3)
+            .with_initial_backoff(Duration::from_millis(20)),
+    );
+    for (key, value) in store_options(&server.endpoint()) {
+        builder = builder.store_option(key, value);
+    }
+    let error = builder.build().unwrap_err();
+    // Denied is final: one attempt, and the error names the URL.
+    assert!(
+        matches!(error, Error::Remote { attempts: 1, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains(url), "{error}");
+    let requests = server.requests();
+    assert_eq!(
+        requests,
+        ["HEAD /kiln/data/part-0.parquet HTTP/1.1"],
+        "{requests:?}"
+    );
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! A local S3-compatible server for the tests: moto's `moto_server`, started on 127.0.0.1 and
-//! stopped when dropped.
+//! stopped when dropped; and a server that refuses every request, to count what a client asks.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer after it is started.
@@ -47,6 +50,18 @@ fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
         .expect("a free port on 127.0.0.1")
+}
+
+/// Store options that point `object_store`'s S3 client at `endpoint`.
+pub fn store_options(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("aws_endpoint", endpoint.to_owned()),
+        ("aws_allow_http", "true".to_owned()),
+        ("aws_access_key_id", "kiln-test".to_owned()),
+        ("aws_secret_access_key", "kiln-test".to_owned()),
+        ("aws_region", "us-east-1".to_owned()),
+        ("aws_virtual_hosted_style_request", "false".to_owned()),
+    ]
 }
 
 /// moto checks no signature, but routes a request to S3 by its credential scope.
@@ -108,14 +123,7 @@ impl S3Server {
 
     /// Store options that point `object_store` at this server.
     pub fn options(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("aws_endpoint", self.endpoint()),
-            ("aws_allow_http", "true".to_owned()),
-            ("aws_access_key_id", "kiln-test".to_owned()),
-            ("aws_secret_access_key", "kiln-test".to_owned()),
-            ("aws_region", "us-east-1".to_owned()),
-            ("aws_virtual_hosted_style_request", "false".to_owned()),
-        ]
+        store_options(&self.endpoint())
     }
 
     /// Creates a bucket (moto takes unsigned requests).
@@ -158,5 +166,88 @@ impl S3Server {
 impl Drop for S3Server {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// An HTTP server on 127.0.0.1 that answers every request `403 Forbidden` (as a store answers
+/// credentials it denies) and records each request's first line; stopped when dropped.
+pub struct RefusingServer {
+    port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RefusingServer {
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1");
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let requests = Arc::clone(&requests);
+            let stopping = Arc::clone(&stopping);
+            move || {
+                for stream in listener.incoming() {
+                    if stopping.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(mut stream) = stream else { continue };
+                    if let Some(line) = refuse(&mut stream) {
+                        requests.lock().unwrap().push(line);
+                    }
+                }
+            }
+        });
+        Self {
+            port,
+            requests,
+            stopping,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The first line of every request so far (`HEAD /bucket/key HTTP/1.1`), in order.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// Reads one request's head (a client keeps the connection open for its next request, so only
+/// one is answered per connection) and answers it 403; returns its first line.
+fn refuse(stream: &mut TcpStream) -> Option<String> {
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+    let _ = write!(
+        stream,
+        "HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let head = String::from_utf8_lossy(&head).into_owned();
+    head.lines().next().map(str::to_owned)
+}
+
+impl Drop for RefusingServer {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        // Wakes the accept loop, which then sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }

@@ -23,7 +23,7 @@ pub(crate) struct OpenStores {
     by_base: std::collections::HashMap<String, std::sync::Arc<super::remote::RemoteStore>>,
     /// Objects that URL inputs name, looked up ahead of them by URL ([`look_up_ahead`]).
     #[cfg(feature = "remote")]
-    looked_up: std::collections::HashMap<String, Result<super::remote::RemoteObject>>,
+    looked_up: std::collections::HashMap<String, super::remote::Lookup>,
 }
 
 impl OpenStores {
@@ -154,11 +154,13 @@ fn remote(
                 }]));
             }
             // No such object: such a directory without its slash, when it holds objects;
-            // otherwise the lookup's error, which names the URL.
-            Err(missing) => match list_objects(&store, &path) {
+            // otherwise the lookup's error, which names the URL. A store that refused or did
+            // not answer the lookup is not asked again for a listing.
+            Err(failed) if failed.missing => match list_objects(&store, &path) {
                 Ok(objects) if !objects.is_empty() => listed = Some(objects),
-                _ => return Err(missing),
+                _ => return Err(failed.error),
             },
+            Err(failed) => return Err(failed.error),
         }
     }
     let base = PathBuf::from(store.url_of(&path));

@@ -40,6 +40,17 @@ pub(crate) struct Tail {
 /// costs one more request.
 const TAIL_BYTES: u64 = 64 << 10;
 
+/// The answer to looking an object up.
+pub(crate) type Lookup = std::result::Result<RemoteObject, FailedLookup>;
+
+/// A lookup that failed: the error to report, and whether the store answered that there is no
+/// such object (rather than refusing the request or not answering).
+#[derive(Debug)]
+pub(crate) struct FailedLookup {
+    pub(crate) error: Error,
+    pub(crate) missing: bool,
+}
+
 impl RemoteObject {
     /// The object described by a listing entry or a HEAD answer.
     pub(crate) fn new(store: Arc<RemoteStore>, meta: &ObjectMeta) -> Self {
@@ -60,13 +71,14 @@ impl RemoteObject {
     }
 
     /// Looks an object up (one HEAD request, retried).
-    pub(crate) fn head(store: Arc<RemoteStore>, location: ObjectPath) -> Result<Self> {
-        let runtime = Arc::clone(&store);
-        runtime.runtime.block_on(Self::look_up(store, location))
+    pub(crate) fn head(store: Arc<RemoteStore>, location: ObjectPath) -> Lookup {
+        store
+            .runtime
+            .block_on(Self::look_up(Arc::clone(&store), location))
     }
 
     /// [`head`](Self::head), as a future on the store's runtime.
-    async fn look_up(store: Arc<RemoteStore>, location: ObjectPath) -> Result<Self> {
+    async fn look_up(store: Arc<RemoteStore>, location: ObjectPath) -> Lookup {
         let url = store.url_of(&location);
         let object_store = Arc::clone(&store.store);
         let meta = with_retries(store.retry, || {
@@ -75,16 +87,19 @@ impl RemoteObject {
             async move { object_store.head(&location).await }
         })
         .await
-        .map_err(|(attempts, error)| remote_error(&url, None, "looking up", attempts, &error))?;
+        .map_err(|(attempts, error)| FailedLookup {
+            missing: matches!(error, object_store::Error::NotFound { .. }),
+            error: remote_error(&url, None, "looking up", attempts, &error),
+        })?;
         Ok(Self::new(store, &meta))
     }
 
     /// Looks up every object of `wanted` (each a store and a path), many at a time on each
     /// store's runtime; the answers are in `wanted`'s order.
-    pub(crate) fn look_up_all(wanted: &[(Arc<RemoteStore>, ObjectPath)]) -> Vec<Result<Self>> {
-        let mut found: Vec<Option<Result<Self>>> = wanted.iter().map(|_| None).collect();
+    pub(crate) fn look_up_all(wanted: &[(Arc<RemoteStore>, ObjectPath)]) -> Vec<Lookup> {
+        let mut found: Vec<Option<Lookup>> = wanted.iter().map(|_| None).collect();
         for (store, mine) in by_store(wanted.iter().map(|(store, _)| store)) {
-            let looked_up: Vec<(usize, Result<Self>)> = store.runtime.block_on(
+            let looked_up: Vec<(usize, Lookup)> = store.runtime.block_on(
                 futures::stream::iter(mine)
                     .map(|index| {
                         let (store, path) = wanted[index].clone();
@@ -175,7 +190,7 @@ impl RemoteObject {
                 Some(row_group),
                 "reading",
                 1,
-                &error.to_string(),
+                &error,
             ))
         })
     }
@@ -255,7 +270,7 @@ impl RemoteObject {
                 row_group,
                 action,
                 1,
-                &format!(
+                &format_args!(
                     "asked for bytes {}..{} and got {} bytes",
                     range.start,
                     range.end,
@@ -285,7 +300,7 @@ fn same_entity_tag(a: &str, b: &str) -> bool {
 pub(super) async fn with_retries<T, F, Fut>(
     retry: RetryPolicy,
     mut request: F,
-) -> std::result::Result<T, (u32, String)>
+) -> std::result::Result<T, (u32, object_store::Error)>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = object_store::Result<T>>,
@@ -298,7 +313,7 @@ where
                 tokio::time::sleep(retry.backoff_before(attempt)).await;
                 attempt += 1;
             }
-            Err(error) => return Err((attempt, error.to_string())),
+            Err(error) => return Err((attempt, error)),
         }
     }
 }
@@ -327,14 +342,14 @@ pub(super) fn remote_error(
     row_group: Option<usize>,
     action: &'static str,
     attempts: u32,
-    reason: &str,
+    reason: &dyn std::fmt::Display,
 ) -> Error {
     Error::Remote {
         url: url.to_owned(),
         row_group,
         action,
         attempts,
-        reason: reason.to_owned(),
+        reason: reason.to_string(),
     }
 }
 

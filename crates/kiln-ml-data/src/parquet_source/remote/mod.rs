@@ -5,6 +5,6 @@ mod fetch;
 mod list;
 mod store;
 
-pub(crate) use fetch::{RemoteObject, Tail, fetch_all_ends};
+pub(crate) use fetch::{Lookup, RemoteObject, Tail, fetch_all_ends};
 pub(crate) use list::list_objects;
 pub(crate) use store::RemoteStore;
