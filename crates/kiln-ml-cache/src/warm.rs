@@ -1,7 +1,8 @@
 //! Building a whole cache ahead of training, in parallel, with a progress bar.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -21,6 +22,12 @@ pub struct WarmReport {
     pub built: u64,
     /// Blocks whose segment was already there and verified.
     pub already_cached: u64,
+    /// Blocks left unbuilt because the disk cache's size limit
+    /// ([`DiskCache::with_limit_bytes`](crate::DiskCache::with_limit_bytes)) was reached: the
+    /// warm-up stops filling the cache rather than evict what it built. They are computed when
+    /// first read, as without a cache.
+    #[serde(default)]
+    pub left_out: u64,
     /// Segment bytes this call wrote (not those written meanwhile by other users of the same
     /// [`DiskCache`](crate::DiskCache)).
     pub bytes_written: u64,
@@ -48,6 +55,9 @@ where
     /// Builds every missing or corrupt segment in parallel on rayon's pool, with a progress bar
     /// on standard error when it is a terminal.
     ///
+    /// Under a size limit, segments are built until the next one would not fit; the blocks
+    /// after it are left out ([`WarmReport::left_out`]) rather than built and then evicted.
+    ///
     /// Existing segments are verified and decoded (read once), so a warm cache is also a checked
     /// one: a segment whose bytes verify but do not decode, or hold the wrong number of records,
     /// is counted as corrupt and rebuilt like a damaged one. Runs
@@ -62,33 +72,53 @@ where
     pub fn warm_with(&self, bar: ProgressBar) -> Result<WarmReport> {
         let started = Instant::now();
         let built = AtomicU64::new(0);
+        let left_out = AtomicU64::new(0);
         let bytes_written = AtomicU64::new(0);
+        let full = AtomicBool::new(false);
+        // Checking the limit and writing happen together, so two threads cannot both fit
+        // into the last free bytes; computing the blocks stays parallel.
+        let storing = Mutex::new(());
         let blocks = self.num_blocks() as BlockIndex;
         let result = (0..blocks).into_par_iter().try_for_each(|block| {
-            if let Some(bytes) = self.warm_block(block)? {
-                built.fetch_add(1, Ordering::Relaxed);
-                bytes_written.fetch_add(bytes, Ordering::Relaxed);
+            match self.warm_block(block, &full, &storing)? {
+                Warmed::Cached => {}
+                Warmed::Built(bytes) => {
+                    built.fetch_add(1, Ordering::Relaxed);
+                    bytes_written.fetch_add(bytes, Ordering::Relaxed);
+                }
+                Warmed::LeftOut => {
+                    left_out.fetch_add(1, Ordering::Relaxed);
+                }
             }
             bar.inc(1);
             Ok::<_, Error>(())
         });
         bar.finish_and_clear();
         result?;
-        let built = built.into_inner();
+        let (built, left_out) = (built.into_inner(), left_out.into_inner());
         Ok(WarmReport {
             blocks: u64::from(blocks),
             built,
-            already_cached: u64::from(blocks) - built,
+            already_cached: u64::from(blocks) - built - left_out,
+            left_out,
             bytes_written: bytes_written.into_inner(),
             seconds: started.elapsed().as_secs_f64(),
         })
     }
 
-    /// Ensures one block's segment; the bytes written when it had to be built.
-    fn warm_block(&self, block: BlockIndex) -> Result<Option<u64>> {
+    /// Ensures one block's segment, unless the size limit was reached (`full`).
+    fn warm_block(
+        &self,
+        block: BlockIndex,
+        full: &AtomicBool,
+        storing: &Mutex<()>,
+    ) -> Result<Warmed> {
         let key = self.key(block);
         if self.decodes_from_disk(&key, self.block_rows(block)?)? {
-            return Ok(None);
+            return Ok(Warmed::Cached);
+        }
+        if full.load(Ordering::Relaxed) {
+            return Ok(Warmed::LeftOut);
         }
         let bytes = catch_unwind(AssertUnwindSafe(|| {
             let samples = self.compute_block(block)?;
@@ -97,7 +127,22 @@ where
         .map_err(|payload| {
             Error::panicked(format!("warming {}", self.describe_block(block)), payload)
         })??;
+        let _storing = storing.lock().unwrap_or_else(PoisonError::into_inner);
+        if !self.disk().fits(bytes.len() as u64) {
+            full.store(true, Ordering::Relaxed);
+            return Ok(Warmed::LeftOut);
+        }
         self.disk().put(&key, &bytes)?;
-        Ok(Some(bytes.len() as u64))
+        Ok(Warmed::Built(bytes.len() as u64))
     }
+}
+
+/// What warming one block did.
+enum Warmed {
+    /// Its segment was there and verified.
+    Cached,
+    /// Built and written: the segment's bytes.
+    Built(u64),
+    /// Not built, or built and not written: the size limit was reached.
+    LeftOut,
 }

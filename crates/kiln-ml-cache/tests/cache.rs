@@ -218,6 +218,45 @@ fn warm_builds_everything_once_in_parallel() {
     assert_eq!(calls.load(Ordering::Relaxed), 150);
 }
 
+/// Under a size limit, warming fills the cache up to it and leaves the other blocks out: it
+/// does not build them only to evict what it built before.
+#[test]
+fn warm_stops_at_the_size_limit_without_evicting_what_it_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let probe = cached_in(&dir, 1, &calls);
+    let sizes: Vec<u64> = (0..probe.num_blocks() as u32)
+        .map(|block| {
+            let samples = probe.compute_block(block).unwrap();
+            probe.encode_block(block, &samples).unwrap().len() as u64
+        })
+        .collect();
+    let limit = sizes.iter().sum::<u64>() - 1;
+    let limited = || {
+        Cached::new(
+            source(),
+            counted(1, &calls),
+            DiskCache::open(dir.path()).unwrap().with_limit_bytes(limit),
+        )
+    };
+    let cached = limited();
+    let report = cached.warm().unwrap();
+    assert_eq!(report.blocks, 3);
+    // Any two segments fit under the limit, all three do not.
+    assert_eq!((report.built, report.left_out), (2, 1), "{report:?}");
+    let stats = cached.stats();
+    assert_eq!(stats.evictions, 0, "{stats:?}");
+    assert!(stats.disk_bytes <= limit, "{stats:?}");
+    assert_eq!(stats.disk_bytes, report.bytes_written, "{stats:?}");
+    // Warming again finds what fit and leaves the rest out again.
+    let again = limited().warm().unwrap();
+    assert_eq!(
+        (again.built, again.already_cached, again.left_out),
+        (0, report.built, report.left_out),
+        "{again:?}"
+    );
+}
+
 #[test]
 fn warm_rebuilds_a_segment_that_verifies_but_does_not_fit_its_block() {
     let dir = tempfile::tempdir().unwrap();
