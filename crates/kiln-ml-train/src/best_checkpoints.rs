@@ -214,13 +214,8 @@ mod tests {
             epoch,
             ..EpochSummary::default()
         };
-        let context = EpochContext {
-            summary: &summary,
-            metrics: &metrics,
-            step: 10 * (epoch + 1),
-            rank: if writes { 0 } else { 1 },
-            world: 2,
-        };
+        let context = EpochContext::new(&summary, &metrics, 10 * (epoch + 1))
+            .on_rank(if writes { 0 } else { 1 }, 2);
         best.on_epoch_end(&context, &FileWriter { writes }).unwrap();
     }
 

@@ -84,7 +84,11 @@ impl EpochMetrics {
 }
 
 /// What a callback sees at the end of an epoch.
+///
+/// Fields may be added in later versions: outside kiln, build one with
+/// [`new`](Self::new) (a callback's unit test does).
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct EpochContext<'a> {
     /// What the epoch did.
     pub summary: &'a EpochSummary,
@@ -98,7 +102,31 @@ pub struct EpochContext<'a> {
     pub world: u32,
 }
 
-impl EpochContext<'_> {
+impl<'a> EpochContext<'a> {
+    /// The context of a single trainer (rank 0 of 1) after `step` optimizer steps.
+    pub fn new(summary: &'a EpochSummary, metrics: &'a EpochMetrics, step: u64) -> Self {
+        Self {
+            summary,
+            metrics,
+            step,
+            rank: 0,
+            world: 1,
+        }
+    }
+
+    /// This context as replica `rank` of `world` sees it.
+    ///
+    /// # Panics
+    /// When `rank` is not below `world`.
+    pub fn on_rank(self, rank: u32, world: u32) -> Self {
+        assert!(rank < world, "rank {rank} of a world of {world}");
+        Self {
+            rank,
+            world,
+            ..self
+        }
+    }
+
     /// Whether this is a single trainer or rank 0 of a data-parallel run: the replica that
     /// writes checkpoints, and the one that usually validates. `fit` gives every replica the
     /// callbacks' decisions of all replicas, so a callback on another rank may decide nothing.

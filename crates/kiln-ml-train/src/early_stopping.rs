@@ -195,13 +195,7 @@ mod tests {
                 epoch: epoch as u64,
                 ..EpochSummary::default()
             };
-            let context = EpochContext {
-                summary: &summary,
-                metrics: &metrics,
-                step: 0,
-                rank: 0,
-                world: 1,
-            };
+            let context = EpochContext::new(&summary, &metrics, 0);
             if stopping.on_epoch_end(&context, &NoWrites).unwrap().stop {
                 stopped.push(epoch as u64);
             }
@@ -242,13 +236,7 @@ mod tests {
         let mut stopping = EarlyStopping::new("m", Mode::Min).with_patience(0);
         let metrics = EpochMetrics::default();
         let summary = EpochSummary::default();
-        let on_rank = |rank| EpochContext {
-            summary: &summary,
-            metrics: &metrics,
-            step: 0,
-            rank,
-            world: 2,
-        };
+        let on_rank = |rank| EpochContext::new(&summary, &metrics, 0).on_rank(rank, 2);
         let decision = stopping.on_epoch_end(&on_rank(1), &NoWrites).unwrap();
         assert_eq!(decision, Decision::CONTINUE);
         assert_eq!(stopping.epochs_without_improvement(), 0);

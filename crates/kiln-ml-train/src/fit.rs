@@ -181,13 +181,8 @@ where
         let mut callbacks = std::mem::take(&mut self.callbacks);
         let metrics = std::mem::take(&mut self.epoch_metrics);
         let (rank, world) = self.data_parallel_rank().unwrap_or((0, 1));
-        let context = EpochContext {
-            summary,
-            metrics: &metrics,
-            step: self.counters.optimizer_steps,
-            rank,
-            world,
-        };
+        let context = EpochContext::new(summary, &metrics, self.counters.optimizer_steps)
+            .on_rank(rank, world);
         let mut asked = Decision::CONTINUE;
         let mut result = Ok(());
         let (keepers, others): (Vec<_>, Vec<_>) = callbacks

@@ -78,6 +78,10 @@ fn downcast<'a, A: Array + 'static>(array: &'a ArrayRef, name: &str) -> Result<&
 
 /// The values of the primitive column `name`, which must hold no nulls.
 ///
+/// Timestamps and decimals come back as their raw values, whatever the column's time zone,
+/// precision and scale: a decoder that depends on a decimal's scale reads it with
+/// [`primitive`] (`primitive::<Decimal128Type>(batch, name)?.scale()`) and refuses another.
+///
 /// A null is reported with its column and the row of the first one, as
 /// [`Error::Decode`](crate::Error::Decode) once the source adds the file and row group.
 pub fn required_values<'a, T: ArrowPrimitiveType>(
