@@ -96,6 +96,8 @@ pub struct BurnTrajectoryMetric<B: Backend> {
     last_error: Option<Error>,
     /// Shared with the other metrics of its set, which measure each batch once between them.
     shared: SharedBatch,
+    /// Updates so far: the n-th update of every metric of a set is the same batch.
+    updates: u64,
     _backend: PhantomData<fn() -> B>,
 }
 
@@ -156,6 +158,7 @@ impl<B: Backend> BurnTrajectoryMetric<B> {
             batch: None,
             last_error: None,
             shared: SharedBatch::default(),
+            updates: 0,
             _backend: PhantomData,
         })
     }
@@ -302,7 +305,8 @@ impl<B: Backend> Metric for BurnTrajectoryMetric<B> {
         input: &TrajectoryMetricInput<B>,
         metadata: &MetricMetadata,
     ) -> SerializedEntry {
-        let measured = self.shared.get_or_measure(metadata, || {
+        self.updates += 1;
+        let measured = self.shared.get_or_measure(metadata, self.updates, || {
             let mut batch = self.running.clone();
             batch.reset();
             kiln_ml_core::Metric::update(&mut batch, &input.batch).map(|()| batch)
@@ -504,6 +508,26 @@ mod tests {
             assert_eq!(shared.value().serialize(), single.value().serialize());
             assert!(shared.running_value().current() > 0.0);
         }
+    }
+
+    /// Under burn-train's data-parallel strategy every device's batch reaches the metrics with
+    /// the same metadata (iteration and scaled progress): a set still measures each one.
+    #[test]
+    fn a_set_measures_batches_that_arrive_with_equal_metadata() {
+        let values = [ReportedValue::MinFde, ReportedValue::MissRate];
+        let mut set =
+            BurnTrajectoryMetric::<Flex>::set(MetricsConfig::argoverse2(), values).unwrap();
+        // Two devices' batches of one step, each through every metric of the set in turn (the
+        // order burn-train's shared event processor updates them in).
+        for error in [1.0, 3.0] {
+            for metric in set.iter_mut() {
+                metric.update(&input(error), &metadata_at(7));
+            }
+        }
+        assert_eq!(set[0].batches_measured(), 2);
+        assert_eq!(set[0].running_value().current(), 2.0);
+        assert_eq!(set[0].value().current(), 3.0);
+        assert_eq!(set[1].running_value().current(), 0.5);
     }
 
     #[test]

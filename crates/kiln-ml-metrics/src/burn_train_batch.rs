@@ -8,26 +8,33 @@ use burn::train::metric::MetricMetadata;
 use crate::Result;
 use crate::metric::TrajectoryMetrics;
 
-/// Where a batch stands in training, as burn-train tells every metric of that batch: the same
-/// for all of them, different from one batch to the next.
-type BatchKey = (usize, usize, usize, usize, Option<usize>);
+/// Which batch a metric is updated with: where it stands in training, as burn-train tells every
+/// metric of that batch, and the metric's own update count. The metadata alone does not tell
+/// batches apart under burn-train's data-parallel strategy, which hands every device's batch of
+/// a step to the metrics with the same iteration and progress; it still tells a set registered
+/// in two splits apart, whose counts differ.
+type BatchKey = ((usize, usize, usize, usize, Option<usize>), u64);
 
 /// A batch and its measurement (or the error that rejected it).
 type Measured = (BatchKey, Result<TrajectoryMetrics>);
 
-fn batch_key(metadata: &MetricMetadata) -> BatchKey {
+fn batch_key(metadata: &MetricMetadata, update: u64) -> BatchKey {
     (
-        metadata.global_progress.items_processed,
-        metadata.global_progress.items_total,
-        metadata.progress.items_processed,
-        metadata.progress.items_total,
-        metadata.iteration,
+        (
+            metadata.global_progress.items_processed,
+            metadata.global_progress.items_total,
+            metadata.progress.items_processed,
+            metadata.progress.items_total,
+            metadata.iteration,
+        ),
+        update,
     )
 }
 
 /// The last batch measured by a set of dashboard metrics, shared by all of them: the first
-/// metric that sees a batch measures it, the others reuse its sums. A metric alone measures
-/// every update (its caller may hand it several batches under one progress).
+/// metric that sees a batch measures it, the others reuse its sums. burn-train updates every
+/// metric of a split with each batch before the next batch, so the n-th update of each is the
+/// same batch. A metric alone measures every update.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SharedBatch {
     shared: bool,
@@ -45,17 +52,18 @@ impl SharedBatch {
     }
 
     /// The batch's metrics, measured by `measure` unless another metric of the set already
-    /// measured this batch.
+    /// measured this batch (`update`: the asking metric's update count, from 1).
     pub(crate) fn get_or_measure(
         &self,
         metadata: &MetricMetadata,
+        update: u64,
         measure: impl FnOnce() -> Result<TrajectoryMetrics>,
     ) -> Result<TrajectoryMetrics> {
         if !self.shared {
             self.measurements.fetch_add(1, Ordering::Relaxed);
             return measure();
         }
-        let key = batch_key(metadata);
+        let key = batch_key(metadata, update);
         let mut last = self
             .last
             .lock()
