@@ -108,9 +108,11 @@ impl BestCheckpoints {
         Ok(self.ranked()?.into_iter().next())
     }
 
-    /// Whether `value` enters the best `keep` of `ranked`.
+    /// Whether `value` enters the best `keep` of `ranked`. A value that is not finite never
+    /// does: an infinite loss is a diverged model (as `EarlyStopping` decides), not the best
+    /// one, and it would outrank every later value.
     fn qualifies(&self, value: f64, ranked: &[RankedCheckpoint]) -> bool {
-        if value.is_nan() || self.keep == 0 {
+        if !value.is_finite() || self.keep == 0 {
             return false;
         }
         ranked.len() < self.keep
@@ -230,6 +232,29 @@ mod tests {
         epoch_end(&mut best, 1, 0.5, false);
         assert_eq!(best.ranked().unwrap().len(), 1);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    /// A diverged epoch (an infinite loss, or NaN) is not kept, whichever way the metric is
+    /// ranked, and the finite best stays.
+    #[test]
+    fn values_that_are_not_finite_are_never_kept() {
+        for (mode, bad) in [
+            (Mode::Min, f64::NEG_INFINITY),
+            (Mode::Max, f64::INFINITY),
+            (Mode::Min, f64::NAN),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut best = BestCheckpoints::new(dir.path(), "m", mode, 1);
+            epoch_end(&mut best, 0, 1.0, true);
+            epoch_end(&mut best, 1, bad, true);
+            let ranked = best.ranked().unwrap();
+            assert_eq!(ranked.len(), 1, "{mode:?} {bad}");
+            assert_eq!(ranked[0].value, 1.0, "{mode:?} {bad}");
+            assert!(
+                ranked[0].path.ends_with("best-epoch-0-step-10.kiln"),
+                "{mode:?} {bad}"
+            );
+        }
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl DataParallel {
             check_node_ports(node, EphemeralPorts::of_this_machine().as_ref())?;
             check_node_ports_free(node)?;
             if node.start_coordinator {
-                Self::start_coordinator(node.coordinator_port())?;
+                Self::start_coordinator(node.coordinator_port()?)?;
             }
             // Forget whatever an earlier, failed run left registered.
             release_waiting::<B>();
@@ -187,8 +187,8 @@ impl DataParallel {
         };
         let local = CollectiveConfig::default().with_num_devices(devices);
         node.validate()?;
-        let (coordinator_host, coordinator_port) = node.coordinator_host_port();
-        let (node_host, node_port) = node.node_host_port();
+        let (coordinator_host, coordinator_port) = node.coordinator_host_port()?;
+        let (node_host, node_port) = node.node_host_port()?;
         let address = |host: &str, port: u16| {
             format!("ws://{host}:{port}")
                 .parse()
@@ -239,7 +239,7 @@ fn check_node_ports(node: &NodeConfig, ephemeral: Option<&EphemeralPorts>) -> Re
     let Some(ephemeral) = ephemeral else {
         return Ok(());
     };
-    let ports = port_pair(node.node_port());
+    let ports = port_pair(node.node_port()?);
     let port = ports[0];
     let Some(taken) = ports.into_iter().find(|&port| ephemeral.may_take(port)) else {
         return Ok(());
@@ -262,9 +262,9 @@ fn check_node_ports(node: &NodeConfig, ephemeral: Option<&EphemeralPorts>) -> Re
 /// Refuses tensor-service ports this node cannot listen on: burn-collective 0.21 only drops the
 /// error, and every node would then fail at the first transfer from this one.
 fn check_node_ports_free(node: &NodeConfig) -> Result<()> {
-    let port = node.node_port();
+    let port = node.node_port()?;
     // Both listen on every interface of this machine, so the host names do not keep them apart.
-    let coordinator = node.coordinator_port();
+    let coordinator = node.coordinator_port()?;
     if node.start_coordinator && port.abs_diff(coordinator) <= 1 {
         return Err(Error::InvalidDataParallel {
             reason: format!(

@@ -93,6 +93,10 @@ where
             config.max_steps,
             config.max_batches_per_epoch,
             config.overfit_batches,
+            // One replica stopping on an anomaly, or refusing a resume on changed data, while
+            // the others go on would leave them waiting in their next all-reduce.
+            config.detect_anomalies,
+            config.resume_on_changed_data,
             crate::param_shapes::param_shapes::<B, M>(self.model()),
         );
         self.check_replicas_agree(
@@ -102,7 +106,8 @@ where
             || {
                 "the replicas built different trainers: every replica needs the same precision, \
                  precision policy, loss scaler, accumulation, loss normalization, clipping, \
-                 epochs and step limits, and a model of the same parameter shapes"
+                 epochs and step limits, anomaly detection, resume_on_changed_data, and a model \
+                 of the same parameter shapes"
                     .to_owned()
             },
         )

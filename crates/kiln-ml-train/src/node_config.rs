@@ -127,22 +127,25 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// The coordinator's port; sessions also use the next one.
-    pub fn coordinator_port(&self) -> u16 {
-        self.coordinator_host_port().1
+    /// The coordinator's port; sessions also use the next one. Fails as
+    /// [`validate`](Self::validate) does when `coordinator` (a public field) is not
+    /// `host:port`.
+    pub fn coordinator_port(&self) -> Result<u16> {
+        Ok(self.coordinator_host_port()?.1)
     }
 
-    /// The port this node serves tensors on; sessions also use the next one.
-    pub fn node_port(&self) -> u16 {
-        self.node_host_port().1
+    /// The port this node serves tensors on; sessions also use the next one. Fails as
+    /// [`validate`](Self::validate) does when `node_address` is not `host:port`.
+    pub fn node_port(&self) -> Result<u16> {
+        Ok(self.node_host_port()?.1)
     }
 
-    pub(crate) fn coordinator_host_port(&self) -> (&str, u16) {
-        split("the coordinator address", &self.coordinator).expect("validated on construction")
+    pub(crate) fn coordinator_host_port(&self) -> Result<(&str, u16)> {
+        split("the coordinator address", &self.coordinator)
     }
 
-    pub(crate) fn node_host_port(&self) -> (&str, u16) {
-        split("the node address", &self.node_address).expect("validated on construction")
+    pub(crate) fn node_host_port(&self) -> Result<(&str, u16)> {
+        split("the node address", &self.node_address)
     }
 }
 
@@ -194,8 +197,8 @@ mod tests {
         ];
         let node = NodeConfig::from_lookup(lookup(&kiln)).unwrap().unwrap();
         assert_eq!((node.node_rank, node.num_nodes), (1, 2));
-        assert_eq!(node.coordinator_port(), 29400);
-        assert_eq!(node.node_port(), 29501);
+        assert_eq!(node.coordinator_port().unwrap(), 29400);
+        assert_eq!(node.node_port().unwrap(), 29501);
         assert!(!node.start_coordinator);
 
         let torchrun = [

@@ -407,29 +407,35 @@ fn replicas_draw_their_own_host_randomness<B: AutodiffBackend>(device: B::Device
     assert_ne!(draws[0], draws[1]);
 }
 
-/// A replica built with another accumulation than the others would apply other updates: the
-/// join refuses it on every replica, saying what must agree.
+/// A replica built with another accumulation than the others would apply other updates, and
+/// one that stops on anomalies where the others skip the step would leave them waiting: the
+/// join refuses either on every replica, saying what must agree.
 fn replicas_that_built_different_trainers_are_refused_at_join<B: AutodiffBackend>(
     device: B::Device,
 ) {
-    let result = DataParallel::local().run::<B, _, _>(vec![device; REPLICAS], |replica| {
-        let accumulation = ACCUMULATION + replica.rank();
-        config(Precision::F32)
-            .with_accumulation_steps(accumulation)
-            .init(
-                model::<B>(replica.device(), 1),
-                SgdConfig::new().init(),
-                0.1,
-                replica.device().clone(),
-            )?
-            .joined(&replica)
-            .map(drop)
-    });
-    match result {
-        Err(Error::ReplicaFailed { message, .. }) => {
-            assert!(message.contains("built different trainers"), "{message}")
+    let differences: [fn(TrainerConfig, u32) -> TrainerConfig; 2] = [
+        |config, rank| config.with_accumulation_steps(ACCUMULATION + rank),
+        |config, rank| config.with_detect_anomalies(rank == 0),
+    ];
+    for differ in differences {
+        let result =
+            DataParallel::local().run::<B, _, _>(vec![device.clone(); REPLICAS], |replica| {
+                differ(config(Precision::F32), replica.rank())
+                    .init(
+                        model::<B>(replica.device(), 1),
+                        SgdConfig::new().init(),
+                        0.1,
+                        replica.device().clone(),
+                    )?
+                    .joined(&replica)
+                    .map(drop)
+            });
+        match result {
+            Err(Error::ReplicaFailed { message, .. }) => {
+                assert!(message.contains("built different trainers"), "{message}")
+            }
+            other => panic!("expected the join to refuse, got {other:?}"),
         }
-        other => panic!("expected the join to refuse, got {other:?}"),
     }
 }
 
