@@ -29,8 +29,9 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// metric would, naming the batch's index in the pass (the other batches are added, the
 /// invalid one is not, as if its `update` had failed); after
 /// [`max_in_flight`](Self::with_max_in_flight) batches a read-back is forced, which bounds that
-/// memory. [`compute`](Metric::compute) reads back what is still queued without keeping it
-/// (flush first: an invalid value found there panics, having no error to return).
+/// memory. [`compute`](Metric::compute) and [`merge`](Metric::merge) (on the merged-in state)
+/// read back what is still queued without keeping it: flush first, since an invalid value found
+/// there panics, having no error to return.
 pub struct DeviceTrajectoryMetrics<B: Backend> {
     metrics: TrajectoryMetrics,
     in_flight: Vec<InFlight<B>>,
@@ -142,8 +143,9 @@ impl<B: Backend> Metric<TensorTrajectoryBatch<B>> for DeviceTrajectoryMetrics<B>
         Ok(())
     }
 
+    /// Adds `other`'s sums. What `other` still has in flight is read back, not moved (merging
+    /// keeps `other`); an invalid value found there panics: flush `other` first.
     fn merge(&mut self, other: &Self) {
-        // What `other` still has in flight is read back, not moved: merging keeps `other`.
         self.metrics.merge(&other.compute_metrics());
     }
 
@@ -198,8 +200,8 @@ impl<B: Backend> DeviceTrajectoryMetrics<B> {
         match read {
             Ok(sums) => sums.iter().for_each(|batch| metrics.absorb(batch)),
             Err(error) => panic!(
-                "DeviceTrajectoryMetrics::compute: {error} (call `flush` first to get it as an \
-                 error)"
+                "DeviceTrajectoryMetrics: {error}, found reading back queued batches for \
+                 `compute` or `merge` (call `flush` first to get it as an error)"
             ),
         }
         metrics

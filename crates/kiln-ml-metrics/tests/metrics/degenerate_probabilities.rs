@@ -204,3 +204,32 @@ fn an_empty_batch_may_carry_empty_probabilities_and_changes_nothing() {
         );
     }
 }
+
+/// A row whose sum is past the tolerance in f64 but rounds inside it in f32 is refused on the
+/// device as on the host: 1 plus five values of 4e-8 sums to 1 + 2e-7 in f64 and to exactly 1
+/// in f32 (each addition rounds back to 1).
+#[test]
+fn a_sum_past_the_tolerance_only_in_f64_is_refused_on_both_paths() {
+    let mut config = MetricsConfig::argoverse2();
+    config.probabilities.check = ProbabilityCheck::SumToOne { tolerance: 1e-7 };
+    let truth = vec![[0.0, 0.0], [1.0, 0.0]];
+    let mode = |y: f32| vec![[0.0, y], [1.0, y]];
+    let modes: Vec<_> = (0..6).map(|m| mode(m as f32)).collect();
+    let case = Case::from_points(&[modes], &[truth])
+        .with_probabilities(&[1.0, 4e-8, 4e-8, 4e-8, 4e-8, 4e-8]);
+    for (path, result) in [
+        ("host", case.host(&config)),
+        ("tensor", case.tensor(&config)),
+    ] {
+        assert!(
+            matches!(
+                result,
+                Err(Error::ProbabilitiesNotNormalized { prediction: 0, .. })
+            ),
+            "{path}: {result:?}"
+        );
+    }
+    // Within the tolerance in f64 too: accepted on both.
+    config.probabilities.check = ProbabilityCheck::SumToOne { tolerance: 1e-6 };
+    assert_eq!(case.host(&config).unwrap(), case.tensor(&config).unwrap());
+}
