@@ -245,12 +245,12 @@ where
         let model = crate::independent_copy(self.model()).load_record(model_record);
         crate::materialize(&model);
         let (expected, loaded) = (param_shapes(self.model()), param_shapes(&model));
-        if let Some((index, saved, current)) = first_shape_difference(&loaded, &expected) {
+        if let Some((parameter, saved, current)) = first_shape_difference(&loaded, &expected) {
             return Err(Error::CheckpointMismatch {
                 path: path.to_path_buf(),
                 field: "model parameter shapes",
-                saved: format!("parameter {index}: {saved}"),
-                current: format!("parameter {index}: {current}"),
+                saved: format!("{parameter}: {saved}"),
+                current: format!("{parameter}: {current}"),
             });
         }
         self.model = Some(model);

@@ -628,7 +628,7 @@ fn checkpoint_errors_are_explicit<B: AutodiffBackend>(device: B::Device) {
     .unwrap();
     let error = narrow.load_checkpoint(&path).unwrap_err().to_string();
     assert!(
-        error.contains("model parameter shapes") && error.contains("parameter 0"),
+        error.contains("model parameter shapes") && error.contains("layers.0.weight (parameter 0)"),
         "{error}"
     );
 
