@@ -259,19 +259,20 @@ where
         Ok(self.block(block)?.rows)
     }
 
-    /// Whether a valid segment of `key` is on disk and decodes into `rows` samples; one that
-    /// verifies but does not decode is discarded as corrupt (and `false` returned).
-    pub(crate) fn decodes_from_disk(&self, key: &SegmentKey, rows: u64) -> Result<bool> {
+    /// The size of the valid segment of `key` on disk that decodes into `rows` samples, if
+    /// there is one; one that verifies but does not decode is discarded as corrupt (and `None`
+    /// returned).
+    pub(crate) fn decodes_from_disk(&self, key: &SegmentKey, rows: u64) -> Result<Option<u64>> {
         let (segment, opened) = match self.disk.get_opened(key) {
             Ok(Some(read)) => read,
-            Ok(None) | Err(Error::CorruptSegment { .. }) => return Ok(false),
+            Ok(None) | Err(Error::CorruptSegment { .. }) => return Ok(None),
             Err(error) => return Err(error),
         };
         match self.decode(&segment, rows) {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Some(opened.len())),
             Err(reason) => {
                 self.disk.discard_undecodable(key, &opened, reason);
-                Ok(false)
+                Ok(None)
             }
         }
     }

@@ -2,7 +2,6 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -22,10 +21,10 @@ pub struct WarmReport {
     pub built: u64,
     /// Blocks whose segment was already there and verified.
     pub already_cached: u64,
-    /// Blocks left unbuilt because the disk cache's size limit
-    /// ([`DiskCache::with_limit_bytes`](crate::DiskCache::with_limit_bytes)) was reached: the
-    /// warm-up stops filling the cache rather than evict what it built. They are computed when
-    /// first read, as without a cache.
+    /// Blocks left unbuilt because this call's segments reached the disk cache's size limit
+    /// ([`DiskCache::with_limit_bytes`](crate::DiskCache::with_limit_bytes)): the warm-up stops
+    /// filling the cache rather than evict what it built. They are computed when first read,
+    /// as without a cache.
     #[serde(default)]
     pub left_out: u64,
     /// Segment bytes this call wrote (not those written meanwhile by other users of the same
@@ -55,8 +54,12 @@ where
     /// Builds every missing or corrupt segment in parallel on rayon's pool, with a progress bar
     /// on standard error when it is a terminal.
     ///
-    /// Under a size limit, segments are built until the next one would not fit; the blocks
-    /// after it are left out ([`WarmReport::left_out`]) rather than built and then evicted.
+    /// Under a size limit, this call's segments (those it found and those it built) are kept
+    /// within it: once a built segment would not fit, it is not written and the blocks not
+    /// started yet are left out ([`WarmReport::left_out`]) rather than built and then evicted.
+    /// Which blocks those are depends on the threads' order. Other segments in the directory
+    /// (other datasets, an older transform's) are evicted, least recently used first, to make
+    /// room, as any write does.
     ///
     /// Existing segments are verified and decoded (read once), so a warm cache is also a checked
     /// one: a segment whose bytes verify but do not decode, or hold the wrong number of records,
@@ -74,13 +77,14 @@ where
         let built = AtomicU64::new(0);
         let left_out = AtomicU64::new(0);
         let bytes_written = AtomicU64::new(0);
-        let full = AtomicBool::new(false);
-        // Checking the limit and writing happen together, so two threads cannot both fit
-        // into the last free bytes; computing the blocks stays parallel.
-        let storing = Mutex::new(());
+        let room = Room {
+            limit: self.disk().limit_bytes(),
+            taken: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+        };
         let blocks = self.num_blocks() as BlockIndex;
         let result = (0..blocks).into_par_iter().try_for_each(|block| {
-            match self.warm_block(block, &full, &storing)? {
+            match self.warm_block(block, &room)? {
                 Warmed::Cached => {}
                 Warmed::Built(bytes) => {
                     built.fetch_add(1, Ordering::Relaxed);
@@ -106,18 +110,14 @@ where
         })
     }
 
-    /// Ensures one block's segment, unless the size limit was reached (`full`).
-    fn warm_block(
-        &self,
-        block: BlockIndex,
-        full: &AtomicBool,
-        storing: &Mutex<()>,
-    ) -> Result<Warmed> {
+    /// Ensures one block's segment, unless this call's segments reached the size limit.
+    fn warm_block(&self, block: BlockIndex, room: &Room) -> Result<Warmed> {
         let key = self.key(block);
-        if self.decodes_from_disk(&key, self.block_rows(block)?)? {
+        if let Some(bytes) = self.decodes_from_disk(&key, self.block_rows(block)?)? {
+            room.taken.fetch_add(bytes, Ordering::Relaxed);
             return Ok(Warmed::Cached);
         }
-        if full.load(Ordering::Relaxed) {
+        if room.full.load(Ordering::Relaxed) {
             return Ok(Warmed::LeftOut);
         }
         let bytes = catch_unwind(AssertUnwindSafe(|| {
@@ -127,13 +127,38 @@ where
         .map_err(|payload| {
             Error::panicked(format!("warming {}", self.describe_block(block)), payload)
         })??;
-        let _storing = storing.lock().unwrap_or_else(PoisonError::into_inner);
-        if !self.disk().fits(bytes.len() as u64) {
-            full.store(true, Ordering::Relaxed);
+        if !room.take(bytes.len() as u64) {
+            room.full.store(true, Ordering::Relaxed);
             return Ok(Warmed::LeftOut);
         }
         self.disk().put(&key, &bytes)?;
         Ok(Warmed::Built(bytes.len() as u64))
+    }
+}
+
+/// What one warm-up's segments may take of the disk cache's size limit.
+struct Room {
+    limit: Option<u64>,
+    /// Bytes of the segments this call found or built so far.
+    taken: AtomicU64,
+    /// A built segment did not fit: the blocks not started yet are left out.
+    full: AtomicBool,
+}
+
+impl Room {
+    /// Takes `bytes` for a segment about to be written; `false` (taking nothing) when they do
+    /// not fit beside what this call took already. Threads take in turn (compare and swap), so
+    /// two cannot both fit into the last free bytes, and no lock is held while writing.
+    fn take(&self, bytes: u64) -> bool {
+        let Some(limit) = self.limit else {
+            self.taken.fetch_add(bytes, Ordering::Relaxed);
+            return true;
+        };
+        self.taken
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |taken| {
+                taken.checked_add(bytes).filter(|&total| total <= limit)
+            })
+            .is_ok()
     }
 }
 

@@ -255,6 +255,18 @@ fn warm_stops_at_the_size_limit_without_evicting_what_it_built() {
         (0, report.built, report.left_out),
         "{again:?}"
     );
+    // A changed transform (new keys, the same sizes) makes room by evicting the old segments,
+    // which belong to no block any more: its warm-up is not starved by them.
+    let changed = Cached::new(
+        source(),
+        counted(2, &calls),
+        DiskCache::open(dir.path()).unwrap().with_limit_bytes(limit),
+    );
+    let report = changed.warm().unwrap();
+    assert_eq!((report.built, report.left_out), (2, 1), "{report:?}");
+    let stats = changed.stats();
+    assert!(stats.evictions >= 1, "{stats:?}");
+    assert!(stats.disk_bytes <= limit, "{stats:?}");
 }
 
 #[test]

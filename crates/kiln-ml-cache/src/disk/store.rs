@@ -162,13 +162,6 @@ impl DiskCache {
         }
     }
 
-    /// Whether `bytes` more fit under the size limit beside the segments held now (always,
-    /// without a limit).
-    pub(crate) fn fits(&self, bytes: u64) -> bool {
-        self.limit_bytes
-            .is_none_or(|limit| self.lock_index().bytes.saturating_add(bytes) <= limit)
-    }
-
     /// The most recent corruption reports (up to 64; the statistics count them all).
     pub fn corrupt_segments(&self) -> Vec<CorruptSegment> {
         self.reports
