@@ -12,10 +12,19 @@ pub struct RunLogs {
 }
 
 impl RunLogs {
-    /// Starts both in `dir`, a training row every `every_steps` optimizer steps.
-    pub fn create(dir: &Path, every_steps: u64) -> anyhow::Result<Self> {
+    /// Starts both in `dir`, a training row every `every_steps` optimizer steps; a run resumed
+    /// from a checkpoint after `resumed_after` optimizer steps keeps the CSV's rows up to it.
+    pub fn create(
+        dir: &Path,
+        every_steps: u64,
+        resumed_after: Option<u64>,
+    ) -> anyhow::Result<Self> {
+        let csv = match resumed_after {
+            Some(step) => CsvLogger::resume(dir, every_steps, step)?,
+            None => CsvLogger::create(dir, every_steps)?,
+        };
         Ok(Self {
-            csv: Arc::new(CsvLogger::create(dir, every_steps)?),
+            csv: Arc::new(csv),
             tensorboard: Arc::new(TensorBoardLogger::create(dir, every_steps)?),
         })
     }

@@ -107,6 +107,7 @@ struct Args {
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
     /// Steps measured by the closing cached-batch test (input- or compute-bound?); 0 skips it.
+    /// The test is the profiler's: none runs with `--no-profile` or `--trainer plain-burn`.
     #[arg(long, default_value_t = 12)]
     diagnose_steps: usize,
     #[command(flatten)]
@@ -135,7 +136,8 @@ struct Args {
     log_dir: Option<PathBuf>,
     /// Read the training loss back every N optimizer steps (one device sync each; the progress
     /// bar and the logs show it), and log a training row as often; 0 never reads it back (the
-    /// logs then have no training loss).
+    /// logs then have no training loss), except that f16-mixed reads it every step for its loss
+    /// scaler. Kiln's trainer only: the plain Burn loop reads the loss once per epoch.
     #[arg(long, default_value_t = 50)]
     log_every: u64,
     /// Stop once validation minADE@6 has not improved for N epochs in a row (the stopped run
@@ -465,10 +467,12 @@ impl BackendTask for Quickstart {
         // per pass (the plain Burn loop above reads each batch back, as before).
         let mut metrics = DeviceTrajectoryMetrics::<B::InnerBackend>::from_metrics(metrics);
         let mut trainer = config.init(model, args.optimizer.init(), scheduler, device)?;
+        let mut resumed_after = None;
         if let Some(dir) = &args.checkpoint_dir
             && let Some(latest) = latest_checkpoint(dir)?
         {
             let position = trainer.load_checkpoint(&latest)?;
+            resumed_after = Some(trainer.counters().optimizer_steps);
             println!("resuming  from {} at {position}", latest.display());
             if position.epoch >= args.epochs {
                 println!(
@@ -483,7 +487,7 @@ impl BackendTask for Quickstart {
         trainer.add_observer(Arc::clone(&progress));
         let logs = match &args.log_dir {
             Some(dir) => {
-                let logs = logging::RunLogs::create(dir, args.log_every.max(1))?;
+                let logs = logging::RunLogs::create(dir, args.log_every.max(1), resumed_after)?;
                 trainer.add_observer(Arc::clone(&logs.csv));
                 trainer.add_observer(Arc::clone(&logs.tensorboard));
                 Some(logs)

@@ -10,8 +10,9 @@ use crate::{Error, Result};
 /// among the `keep` best so far, and deletes the one it pushes out. The ranking lives in the
 /// file names (`best-epoch-E-step-S.kiln`, with the value in a `.value` file beside), so a
 /// resumed run goes on ranking against the files already there. A checkpoint whose value file
-/// is missing (a crash between the two writes) is left alone and not ranked. In a data-parallel
-/// group only the replica that writes checkpoints (rank 0) touches the directory.
+/// is missing (a crash between the two writes) is left alone and not ranked. An epoch whose
+/// metric is NaN or infinite (a diverged loss) is never kept. In a data-parallel group only the
+/// replica that writes checkpoints (rank 0) touches the directory.
 ///
 /// ```
 /// use kiln_ml_train::{BestCheckpoints, Mode};

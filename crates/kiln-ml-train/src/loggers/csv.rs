@@ -16,11 +16,11 @@ use crate::{Error, Result};
 /// and when the logger is dropped with rows not yet written (a failed run keeps them), so it is
 /// always whole (Lightning's `CSVLogger` rewrites it too when new names appear).
 ///
-/// A file already there (a run resumed from a checkpoint into the same directory) is kept: its
-/// rows are read when the logger is created, and those at or after the step of the first new
-/// row (steps the resumed run replays) are dropped when that row comes. A fresh run into the
-/// directory thus replaces the old rows as it goes. `elapsed_s` counts from each logger's
-/// start, so it starts again at a resume.
+/// [`create`](Self::create) starts a new file (one already there is replaced at the first
+/// write); [`resume`](Self::resume) goes on with the file of a run resumed from a checkpoint,
+/// keeping its rows up to the checkpoint's step. `elapsed_s` counts from each logger's start,
+/// so it starts again at a resume. Scalar names holding a comma, a quote or a line break are
+/// quoted in the header, as RFC 4180 has it.
 ///
 /// ```no_run
 /// use kiln_ml_train::CsvLogger;
@@ -43,41 +43,57 @@ struct State {
     columns: BTreeSet<String>,
     /// Rows of `table` in the file as last written.
     written: usize,
-    /// `table` holds the rows of a file that was there before: the first new row drops those
-    /// at or after its step.
-    previous_rows: bool,
     error: Option<Error>,
 }
 
 impl CsvLogger {
     /// Logs into `directory/metrics.csv` (the directory is created), a training row every
-    /// `every_steps` optimizer steps. The rows of a `metrics.csv` already there are kept up to
-    /// where this run's rows begin (see the type's docs); one that does not parse as this
-    /// logger's file is an error naming its line.
+    /// `every_steps` optimizer steps. A `metrics.csv` already there is replaced when the first
+    /// rows are written.
     pub fn create(directory: impl AsRef<Path>, every_steps: u64) -> Result<Self> {
+        Self::with_rows(directory.as_ref(), every_steps, Vec::new(), 0)
+    }
+
+    /// Goes on logging into the `directory/metrics.csv` of a run resumed from a checkpoint
+    /// taken after `after_step` optimizer steps (`trainer.counters().optimizer_steps` once it
+    /// is loaded): the file's rows up to that step are kept, the later ones (steps the resumed
+    /// run replays, or whatever the stopped run logged past its checkpoint) are dropped. A
+    /// missing file is started afresh; one that does not parse as this logger's file is an
+    /// error naming its line.
+    pub fn resume(directory: impl AsRef<Path>, every_steps: u64, after_step: u64) -> Result<Self> {
         let directory = directory.as_ref();
+        let mut rows = read_rows(&directory.join(FILE_NAME))?;
+        let found = rows.len();
+        rows.retain(|row| row.step <= after_step);
+        // Rewritten at the first write, or when dropped, when rows were dropped.
+        let written = if rows.len() == found { found } else { 0 };
+        Self::with_rows(directory, every_steps, rows, written)
+    }
+
+    fn with_rows(
+        directory: &Path,
+        every_steps: u64,
+        table: Vec<LogRow>,
+        written: usize,
+    ) -> Result<Self> {
         std::fs::create_dir_all(directory).map_err(|source| Error::LogIo {
             path: directory.to_path_buf(),
             action: "create directory",
             source,
         })?;
-        let path = directory.join("metrics.csv");
-        let table = read_rows(&path)?;
-        let mut state = State {
-            rows: LogRows::new(every_steps),
-            written: table.len(),
-            previous_rows: !table.is_empty(),
-            table: Vec::new(),
-            columns: BTreeSet::new(),
-            error: None,
-        };
-        for row in table {
-            state.columns.extend(row.values.keys().cloned());
-            state.table.push(row);
-        }
+        let columns = table
+            .iter()
+            .flat_map(|row| row.values.keys().cloned())
+            .collect();
         Ok(Self {
-            path,
-            state: Mutex::new(state),
+            path: directory.join(FILE_NAME),
+            state: Mutex::new(State {
+                rows: LogRows::new(every_steps),
+                table,
+                columns,
+                written,
+                error: None,
+            }),
         })
     }
 
@@ -105,16 +121,6 @@ impl CsvLogger {
 
 impl State {
     fn add(&mut self, row: LogRow) {
-        if std::mem::take(&mut self.previous_rows) {
-            // The steps from here on are this run's: a resumed run replays them.
-            self.table.retain(|previous| previous.step < row.step);
-            self.columns = self
-                .table
-                .iter()
-                .flat_map(|previous| previous.values.keys().cloned())
-                .collect();
-            self.written = 0;
-        }
         self.columns.extend(row.values.keys().cloned());
         self.table.push(row);
     }
@@ -123,7 +129,7 @@ impl State {
         let mut text = String::from("epoch,step,elapsed_s");
         for column in &self.columns {
             text.push(',');
-            text.push_str(column);
+            text.push_str(&quoted(column));
         }
         text.push('\n');
         for row in &self.table {
@@ -179,8 +185,8 @@ fn read_rows(path: &Path) -> Result<Vec<LogRow>> {
     let Some(header) = lines.next() else {
         return Ok(Vec::new());
     };
-    let columns: Vec<&str> = header.split(',').collect();
-    if columns.get(..3) != Some(&["epoch", "step", "elapsed_s"][..]) {
+    let columns = split_header(header).map_err(|reason| invalid(1, reason))?;
+    if columns.get(..3) != Some(&["epoch", "step", "elapsed_s"].map(String::from)[..]) {
         return Err(invalid(1, format!("the header is {header:?}")));
     }
     let mut rows = Vec::new();
@@ -216,6 +222,53 @@ fn read_rows(path: &Path) -> Result<Vec<LogRow>> {
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// The log's file name in its directory.
+const FILE_NAME: &str = "metrics.csv";
+
+/// A header field as RFC 4180 writes it: quoted, with its quotes doubled, when it holds a
+/// comma, a quote or a line break.
+fn quoted(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", name.replace('"', "\"\"")).into()
+    } else {
+        name.into()
+    }
+}
+
+/// The fields of a header line written with [`quoted`] names.
+fn split_header(line: &str) -> std::result::Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        let mut field = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        field.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => field.push(c),
+                    None => return Err(format!("an unterminated quote in the header {line:?}")),
+                }
+            }
+        }
+        while let Some(&c) = chars.peek() {
+            if c == ',' {
+                break;
+            }
+            field.push(c);
+            chars.next();
+        }
+        fields.push(field);
+        if chars.next().is_none() {
+            return Ok(fields);
+        }
+    }
 }
 
 /// A run that ended without [`finish`](CsvLogger::finish) (an error, a panic) keeps the rows
@@ -282,9 +335,9 @@ mod tests {
     }
 
     /// A run resumed from its step-2 checkpoint into the same directory keeps the rows logged
-    /// up to step 2 and replaces those it replays.
+    /// up to step 2 and replaces those it replays; a new run starts a new file.
     #[test]
-    fn a_resumed_run_keeps_the_rows_before_its_first_step() {
+    fn a_resumed_run_keeps_the_rows_up_to_its_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let first = CsvLogger::create(dir.path(), 1).unwrap();
         log(
@@ -299,7 +352,7 @@ mod tests {
         first.finish().unwrap();
         drop(first);
 
-        let resumed = CsvLogger::create(dir.path(), 1).unwrap();
+        let resumed = CsvLogger::resume(dir.path(), 1, 2).unwrap();
         log(&resumed, vec![row(1, 3, &[("train/loss", 1.25)])]);
         resumed.finish().unwrap();
         let text = std::fs::read_to_string(resumed.path()).unwrap();
@@ -311,6 +364,36 @@ mod tests {
              0,2,2.000,,0.875\n\
              1,3,3.000,1.25,\n"
         );
+
+        let fresh = CsvLogger::create(dir.path(), 1).unwrap();
+        log(&fresh, vec![row(0, 5, &[("train/loss", 3.0)])]);
+        fresh.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(fresh.path()).unwrap(),
+            "epoch,step,elapsed_s,train/loss\n0,5,5.000,3\n"
+        );
+    }
+
+    /// Names with commas or quotes are quoted in the header and read back whole.
+    #[test]
+    fn names_with_commas_and_quotes_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = "valid/mr@2,0m \"strict\"";
+        let first = CsvLogger::create(dir.path(), 1).unwrap();
+        log(
+            &first,
+            vec![row(0, 1, &[(name, 0.25), ("train/loss", 1.0)])],
+        );
+        first.finish().unwrap();
+        let text = std::fs::read_to_string(first.path()).unwrap();
+        assert!(
+            text.starts_with("epoch,step,elapsed_s,train/loss,\"valid/mr@2,0m \"\"strict\"\"\"\n"),
+            "{text}"
+        );
+        let resumed = CsvLogger::resume(dir.path(), 1, 1).unwrap();
+        let state = resumed.state.lock().unwrap();
+        assert_eq!(state.table[0].values[name], 0.25);
+        assert_eq!(state.table[0].values["train/loss"], 1.0);
     }
 
     /// A logger that logs nothing leaves the file it found as it was.
@@ -320,7 +403,7 @@ mod tests {
         let path = dir.path().join("metrics.csv");
         let before = "epoch,step,elapsed_s,train/loss\n0,1,0.500,2\n";
         std::fs::write(&path, before).unwrap();
-        drop(CsvLogger::create(dir.path(), 1).unwrap());
+        drop(CsvLogger::resume(dir.path(), 1, 1).unwrap());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
     }
 
@@ -329,14 +412,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("metrics.csv");
         std::fs::write(&path, "step,loss\n1,2\n").unwrap();
-        let error = CsvLogger::create(dir.path(), 1).unwrap_err().to_string();
+        let error = CsvLogger::resume(dir.path(), 1, 1).unwrap_err().to_string();
         assert!(error.contains("line 1"), "{error}");
         std::fs::write(
             &path,
             "epoch,step,elapsed_s,train/loss\n0,1,0.5,2\n0,x,1.0,3\n",
         )
         .unwrap();
-        let error = CsvLogger::create(dir.path(), 1).unwrap_err().to_string();
+        let error = CsvLogger::resume(dir.path(), 1, 1).unwrap_err().to_string();
         assert!(error.contains("line 3: step is \"x\""), "{error}");
         assert!(error.contains("metrics.csv"), "{error}");
     }
