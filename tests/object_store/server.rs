@@ -193,9 +193,7 @@ impl RefusingServer {
                         break;
                     }
                     let Ok(mut stream) = stream else { continue };
-                    if let Some(line) = refuse(&mut stream) {
-                        requests.lock().unwrap().push(line);
-                    }
+                    refuse(&mut stream, &requests);
                 }
             }
         });
@@ -219,17 +217,29 @@ impl RefusingServer {
 }
 
 /// Reads one request's head (a client keeps the connection open for its next request, so only
-/// one is answered per connection) and answers it 403; returns its first line.
-fn refuse(stream: &mut TcpStream) -> Option<String> {
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+/// one is answered per connection), records its first line in `requests`, then answers 403:
+/// recorded before the client can see the answer and look.
+fn refuse(stream: &mut TcpStream, requests: &Mutex<Vec<String>>) {
+    if stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .is_err()
+    {
+        return;
+    }
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         match stream.read(&mut byte) {
             Ok(1) => head.push(byte[0]),
-            _ => return None,
+            _ => return,
         }
     }
+    let line = String::from_utf8_lossy(&head)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    requests.lock().unwrap().push(line);
     let body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
     let _ = write!(
         stream,
@@ -237,8 +247,6 @@ fn refuse(stream: &mut TcpStream) -> Option<String> {
          Connection: close\r\n\r\n{body}",
         body.len()
     );
-    let head = String::from_utf8_lossy(&head).into_owned();
-    head.lines().next().map(str::to_owned)
 }
 
 impl Drop for RefusingServer {
