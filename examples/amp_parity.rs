@@ -54,8 +54,9 @@ struct Args {
     /// Seed for data and weights.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// Read the loss back every this many optimizer steps (0: only at the end). 1 reproduces
-    /// kiln's former behaviour, a readback every step, for a before/after step time.
+    /// Read the loss back every this many optimizer steps (0: only at the end; f16-mixed reads
+    /// it every step anyway, for its loss scaler). 1 reproduces kiln's former behaviour, a
+    /// readback every step, for a before/after step time.
     #[arg(long, default_value_t = 0)]
     read_loss_every: u64,
     /// Optimizer steps the host may queue ahead of the device before it waits (0: no bound).

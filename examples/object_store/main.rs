@@ -1,7 +1,8 @@
 //! Epochs from an object store against the same epochs from local disk.
 //!
-//! Reads the same Parquet dataset from a URL (`--url s3://bucket/prefix/`, any store kiln-ml-data
-//! reads) and from a local directory (`--dir`), with the same samplers and seed, through the
+//! Reads the same Parquet dataset from a URL (`--url s3://bucket/prefix/`; `gs://`, `az://` and
+//! `http(s)://` with `--features gcs`, `azure` or `http` on the `cargo run` command line) and
+//! from a local directory (`--dir`), with the same samplers and seed, through the
 //! loader's columnar path, in `--repeats` rounds of one sequential and one block-shuffled epoch
 //! from each. Reports whether both deliver the same samples in the same order, and the rates
 //! (medians over rounds). `--write` first writes the `block_shuffle` example's dataset into

@@ -143,13 +143,23 @@ pub fn json_path(text: &str) -> Result<PathBuf, String> {
     if names_folder {
         return Err(format!("{text} names a folder; give a file path"));
     }
-    if let Some(parent) = path
+    let folder = match path
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
     {
-        std::fs::create_dir_all(parent)
-            .map_err(|error| format!("cannot make its folder {}: {error}", parent.display()))?;
-    }
+        Some(parent) => {
+            std::fs::create_dir_all(parent)
+                .map_err(|error| format!("cannot make its folder {}: {error}", parent.display()))?;
+            parent
+        }
+        None => std::path::Path::new("."),
+    };
+    // The figures are written atomically through a temporary file beside the target: try one
+    // now (removed when dropped).
+    tempfile::Builder::new()
+        .prefix(".kiln-json-probe")
+        .tempfile_in(folder)
+        .map_err(|error| format!("cannot write in its folder {}: {error}", folder.display()))?;
     Ok(path)
 }
 

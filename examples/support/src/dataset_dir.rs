@@ -32,6 +32,9 @@ pub fn reuse_or_write<S: Serialize>(
     data_dirs: &[&str],
     write: impl FnOnce() -> Result<()>,
 ) -> Result<Prepared> {
+    if root.exists() && !root.is_dir() {
+        bail!("--dir {} is a file; give a folder", root.display());
+    }
     let wanted = serde_json::to_value(spec).context("recording the dataset's settings")?;
     let record = root.join(RECORD);
     if record.exists() {

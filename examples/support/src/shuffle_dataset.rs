@@ -107,6 +107,9 @@ pub fn write_dataset(spec: &DatasetSpec, dir: &Path) -> Result<(Vec<PathBuf>, u6
             spec.rows
         );
     }
+    if dir.exists() && !dir.is_dir() {
+        bail!("--dir {} is a file; give a folder", dir.display());
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let names: HashSet<String> = (0..spec.files).map(file_name).collect();
     let mut others = Vec::new();
