@@ -21,10 +21,10 @@ pub struct WarmReport {
     pub built: u64,
     /// Blocks whose segment was already there and verified.
     pub already_cached: u64,
-    /// Blocks left unbuilt because this call's segments reached the disk cache's size limit
-    /// ([`DiskCache::with_limit_bytes`](crate::DiskCache::with_limit_bytes)): the warm-up stops
-    /// filling the cache rather than evict what it built. They are computed when first read,
-    /// as without a cache.
+    /// Missing blocks not written because this call's segments reached the disk cache's size
+    /// limit ([`DiskCache::with_limit_bytes`](crate::DiskCache::with_limit_bytes)): not built,
+    /// or built and not written. The warm-up stops filling the cache rather than evict what it
+    /// found or built; these blocks are computed when first read, as without a cache.
     #[serde(default)]
     pub left_out: u64,
     /// Segment bytes this call wrote (not those written meanwhile by other users of the same
@@ -54,18 +54,20 @@ where
     /// Builds every missing or corrupt segment in parallel on rayon's pool, with a progress bar
     /// on standard error when it is a terminal.
     ///
-    /// Under a size limit, this call's segments (those it found and those it built) are kept
-    /// within it: once a built segment would not fit, it is not written and the blocks not
-    /// started yet are left out ([`WarmReport::left_out`]) rather than built and then evicted.
-    /// Which blocks those are depends on the threads' order. Other segments in the directory
-    /// (other datasets, an older transform's) are evicted, least recently used first, to make
-    /// room, as any write does.
+    /// Runs in two passes: the first verifies and decodes every existing segment (read once),
+    /// so a warm cache is also a checked one: a segment whose bytes verify but do not decode,
+    /// or hold the wrong number of records, is counted as corrupt and rebuilt like a damaged
+    /// one. The second builds the missing ones.
     ///
-    /// Existing segments are verified and decoded (read once), so a warm cache is also a checked
-    /// one: a segment whose bytes verify but do not decode, or hold the wrong number of records,
-    /// is counted as corrupt and rebuilt like a damaged one. Runs
-    /// on the current rayon pool: wrap the call in `ThreadPool::install` to choose the threads.
-    /// Stops at the first failure; a panicking transform is reported as a
+    /// Under a size limit, this call's segments (those it found and those it built) are kept
+    /// within it: once a built segment would not fit beside them, it is not written and the
+    /// missing blocks not started yet are left out ([`WarmReport::left_out`]) rather than built
+    /// and then evicted; which blocks those are depends on the threads' order. Other segments
+    /// in the directory (other datasets, an older transform's) are evicted, least recently used
+    /// first, to make room, as any write does: the segments this call found were used last.
+    ///
+    /// Runs on the current rayon pool: wrap the call in `ThreadPool::install` to choose the
+    /// threads. Stops at the first failure; a panicking transform is reported as a
     /// `kiln_ml_core::ReadError::Panicked` ([`Error::Read`]).
     pub fn warm(&self) -> Result<WarmReport> {
         self.warm_with(progress_bar(self.num_blocks() as u64, "warming cache"))
@@ -73,52 +75,67 @@ where
 
     /// [`warm`](Self::warm) reporting progress to a bar of your own.
     pub fn warm_with(&self, bar: ProgressBar) -> Result<WarmReport> {
+        let result = self.warm_passes(&bar);
+        bar.finish_and_clear();
+        result
+    }
+
+    fn warm_passes(&self, bar: &ProgressBar) -> Result<WarmReport> {
         let started = Instant::now();
-        let built = AtomicU64::new(0);
-        let left_out = AtomicU64::new(0);
-        let bytes_written = AtomicU64::new(0);
+        let blocks = self.num_blocks() as BlockIndex;
         let room = Room {
             limit: self.disk().limit_bytes(),
             taken: AtomicU64::new(0),
             full: AtomicBool::new(false),
         };
-        let blocks = self.num_blocks() as BlockIndex;
-        let result = (0..blocks).into_par_iter().try_for_each(|block| {
-            match self.warm_block(block, &room)? {
-                Warmed::Cached => {}
-                Warmed::Built(bytes) => {
+        // Every segment found is counted before any is built, so a built one never evicts
+        // one this call found (a found one is not yet counted, and least recently used).
+        let missing: Vec<BlockIndex> = (0..blocks)
+            .into_par_iter()
+            .map(|block| {
+                let found = self.decodes_from_disk(&self.key(block), self.block_rows(block)?)?;
+                if let Some(bytes) = found {
+                    room.taken.fetch_add(bytes, Ordering::Relaxed);
+                    bar.inc(1);
+                }
+                Ok::<_, Error>(found.is_none().then_some(block))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        let built = AtomicU64::new(0);
+        let left_out = AtomicU64::new(0);
+        let bytes_written = AtomicU64::new(0);
+        missing.par_iter().try_for_each(|&block| {
+            match self.build_block(block, &room)? {
+                Some(bytes) => {
                     built.fetch_add(1, Ordering::Relaxed);
                     bytes_written.fetch_add(bytes, Ordering::Relaxed);
                 }
-                Warmed::LeftOut => {
+                None => {
                     left_out.fetch_add(1, Ordering::Relaxed);
                 }
             }
             bar.inc(1);
             Ok::<_, Error>(())
-        });
-        bar.finish_and_clear();
-        result?;
+        })?;
         let (built, left_out) = (built.into_inner(), left_out.into_inner());
         Ok(WarmReport {
             blocks: u64::from(blocks),
             built,
-            already_cached: u64::from(blocks) - built - left_out,
+            already_cached: u64::from(blocks) - missing.len() as u64,
             left_out,
             bytes_written: bytes_written.into_inner(),
             seconds: started.elapsed().as_secs_f64(),
         })
     }
 
-    /// Ensures one block's segment, unless this call's segments reached the size limit.
-    fn warm_block(&self, block: BlockIndex, room: &Room) -> Result<Warmed> {
-        let key = self.key(block);
-        if let Some(bytes) = self.decodes_from_disk(&key, self.block_rows(block)?)? {
-            room.taken.fetch_add(bytes, Ordering::Relaxed);
-            return Ok(Warmed::Cached);
-        }
+    /// Builds and writes one missing block's segment: its bytes, or `None` when this call's
+    /// segments reached the size limit (it was then not built, or built and not written).
+    fn build_block(&self, block: BlockIndex, room: &Room) -> Result<Option<u64>> {
         if room.full.load(Ordering::Relaxed) {
-            return Ok(Warmed::LeftOut);
+            return Ok(None);
         }
         let bytes = catch_unwind(AssertUnwindSafe(|| {
             let samples = self.compute_block(block)?;
@@ -129,10 +146,10 @@ where
         })??;
         if !room.take(bytes.len() as u64) {
             room.full.store(true, Ordering::Relaxed);
-            return Ok(Warmed::LeftOut);
+            return Ok(None);
         }
-        self.disk().put(&key, &bytes)?;
-        Ok(Warmed::Built(bytes.len() as u64))
+        self.disk().put(&self.key(block), &bytes)?;
+        Ok(Some(bytes.len() as u64))
     }
 }
 
@@ -141,7 +158,7 @@ struct Room {
     limit: Option<u64>,
     /// Bytes of the segments this call found or built so far.
     taken: AtomicU64,
-    /// A built segment did not fit: the blocks not started yet are left out.
+    /// A built segment did not fit: the missing blocks not started yet are left out.
     full: AtomicBool,
 }
 
@@ -160,14 +177,4 @@ impl Room {
             })
             .is_ok()
     }
-}
-
-/// What warming one block did.
-enum Warmed {
-    /// Its segment was there and verified.
-    Cached,
-    /// Built and written: the segment's bytes.
-    Built(u64),
-    /// Not built, or built and not written: the size limit was reached.
-    LeftOut,
 }

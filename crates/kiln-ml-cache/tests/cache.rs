@@ -269,6 +269,34 @@ fn warm_stops_at_the_size_limit_without_evicting_what_it_built() {
     assert!(stats.disk_bytes <= limit, "{stats:?}");
 }
 
+/// The segments a warm-up finds are counted before it builds any: a built one does not evict
+/// one it found (least recently used, on one thread, before it was read) only to rebuild it.
+#[test]
+fn warm_under_a_limit_never_evicts_the_segments_it_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let whole = cached_in(&dir, 1, &calls);
+    whole.warm().unwrap();
+    let limit = whole.stats().disk_bytes - 1;
+    std::fs::remove_file(whole.disk().segment_path(&whole.key(0))).unwrap();
+    let limited = Cached::new(
+        source(),
+        counted(1, &calls),
+        DiskCache::open(dir.path()).unwrap().with_limit_bytes(limit),
+    );
+    let one_thread = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let report = one_thread.install(|| limited.warm()).unwrap();
+    assert_eq!(
+        (report.built, report.already_cached, report.left_out),
+        (0, 2, 1),
+        "{report:?}"
+    );
+    assert_eq!(limited.stats().evictions, 0);
+}
+
 #[test]
 fn warm_rebuilds_a_segment_that_verifies_but_does_not_fit_its_block() {
     let dir = tempfile::tempdir().unwrap();
