@@ -83,13 +83,15 @@ pub(crate) fn checks<B: Backend>(
         let mut flags = bad.sum_dim(1);
         let total = p.clone().sum_dim(1);
         // The f32 sum on the device may round a row the host's f64 sum refuses back inside a
-        // bound: rows within `slack` of one are flagged too, and the host's check decides.
-        // Each of the K - 1 additions of a sum near 1 rounds by at most half an ulp of 2
-        // (f32::EPSILON / 2), in any order. (A tolerance below the slack flags every row: f32
-        // cannot tell such rows apart; the host then reads them all in one read-back.) An f16
-        // or bf16 float backend would need a wider slack.
-        let slack = p.dims()[1] as f32 * f32::EPSILON / 2.0;
+        // bound: rows within the sum's rounding of one are flagged too, and the host's check
+        // decides. Each of the K - 1 additions rounds by at most half an ulp of its partial
+        // sum, f32::EPSILON / 2 times it, in any order. (A tolerance below that flags every row:
+        // f32 cannot tell such rows apart; the host then reads them all in one read-back.) An
+        // f16 or bf16 float backend would need a wider margin.
+        let rounding = p.dims()[1] as f32 * f32::EPSILON / 2.0;
         if let ProbabilityCheck::SumToOne { tolerance } = policy.check {
+            // Values in [0, 1]: near either bound, partial sums stay below 1 + tolerance.
+            let slack = rounding * (1.0 + tolerance as f32);
             flags = flags
                 + total
                     .clone()
@@ -99,7 +101,16 @@ pub(crate) fn checks<B: Backend>(
                     .float();
         }
         if policy.renormalize && policy.zero_mass == ZeroMass::Refuse {
-            flags = flags + total.lower_equal_elem(slack).float();
+            flags = flags
+                + if matches!(policy.check, ProbabilityCheck::Finite) {
+                    // Values of either sign: a sum near zero may round to either side, by up
+                    // to the rounding times the sum of magnitudes.
+                    let magnitude = p.clone().abs().sum_dim(1);
+                    total.lower_equal(magnitude.mul_scalar(rounding)).float()
+                } else {
+                    // Values of at least zero sum to zero, in f32 too, only when all are zero.
+                    total.lower_equal_elem(0.0).float()
+                };
         }
         checks.push(Check {
             field: "probabilities",

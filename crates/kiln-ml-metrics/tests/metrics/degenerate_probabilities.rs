@@ -233,3 +233,28 @@ fn a_sum_past_the_tolerance_only_in_f64_is_refused_on_both_paths() {
     config.probabilities.check = ProbabilityCheck::SumToOne { tolerance: 1e-6 };
     assert_eq!(case.host(&config).unwrap(), case.tensor(&config).unwrap());
 }
+
+/// Scores of both signs whose sum is below zero in f64 and may round above it in f32 are
+/// refused on the device as on the host under `ZeroMass::Refuse`.
+#[test]
+fn scores_summing_below_zero_only_in_f64_are_refused_on_both_paths() {
+    let mut config = MetricsConfig::argoverse2();
+    config.probabilities.check = ProbabilityCheck::Finite;
+    config.probabilities.renormalize = true;
+    config.probabilities.zero_mass = ZeroMass::Refuse;
+    let truth = vec![[0.0, 0.0], [1.0, 0.0]];
+    let mode = |y: f32| vec![[0.0, y], [1.0, y]];
+    let modes: Vec<_> = (0..4).map(|m| mode(m as f32)).collect();
+    // 5 + 1e8 rounds to 1e8 in f32, so the f32 sum is 1e8 - 1e8 - 6 = -6 or, in another order,
+    // 2; the f64 sum is -1.
+    let case = Case::from_points(&[modes], &[truth]).with_probabilities(&[5.0, 1e8, -1e8, -6.0]);
+    for (path, result) in [
+        ("host", case.host(&config)),
+        ("tensor", case.tensor(&config)),
+    ] {
+        assert!(
+            matches!(result, Err(Error::ProbabilitiesSumToZero { prediction: 0 })),
+            "{path}: {result:?}"
+        );
+    }
+}
