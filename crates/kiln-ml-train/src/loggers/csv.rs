@@ -43,6 +43,8 @@ struct State {
     columns: BTreeSet<String>,
     /// Rows of `table` in the file as last written.
     written: usize,
+    /// The first rows of `table` came from the file a resumed run found.
+    loaded: usize,
     error: Option<Error>,
 }
 
@@ -57,9 +59,11 @@ impl CsvLogger {
     /// Goes on logging into the `directory/metrics.csv` of a run resumed from a checkpoint
     /// taken after `after_step` optimizer steps (`trainer.counters().optimizer_steps` once it
     /// is loaded): the file's rows up to that step are kept, the later ones (steps the resumed
-    /// run replays, or whatever the stopped run logged past its checkpoint) are dropped. A
-    /// missing file is started afresh; one that does not parse as this logger's file is an
-    /// error naming its line.
+    /// run replays, or whatever the stopped run logged past its checkpoint) are dropped. A kept
+    /// row that the resumed run logs again (an epoch's end replayed after a checkpoint taken on
+    /// its last step, whose metrics carry that step) is replaced by the new one. A missing file
+    /// is started afresh; one that does not parse as this logger's file is an error naming its
+    /// line.
     pub fn resume(directory: impl AsRef<Path>, every_steps: u64, after_step: u64) -> Result<Self> {
         let directory = directory.as_ref();
         let mut rows = read_rows(&directory.join(FILE_NAME))?;
@@ -67,7 +71,15 @@ impl CsvLogger {
         rows.retain(|row| row.step <= after_step);
         // Rewritten at the first write, or when dropped, when rows were dropped.
         let written = if rows.len() == found { found } else { 0 };
-        Self::with_rows(directory, every_steps, rows, written)
+        let logger = Self::with_rows(directory, every_steps, rows, written)?;
+        {
+            let mut state = logger
+                .state
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            state.loaded = state.table.len();
+        }
+        Ok(logger)
     }
 
     fn with_rows(
@@ -92,6 +104,7 @@ impl CsvLogger {
                 table,
                 columns,
                 written,
+                loaded: 0,
                 error: None,
             }),
         })
@@ -121,6 +134,23 @@ impl CsvLogger {
 
 impl State {
     fn add(&mut self, row: LogRow) {
+        if self.loaded > 0 {
+            // A row the resumed run logs again replaces the one it found.
+            let again = |old: &LogRow| {
+                old.epoch == row.epoch
+                    && old.step == row.step
+                    && old.values.keys().any(|name| row.values.contains_key(name))
+            };
+            let (found, rest) = self.table.split_at(self.loaded);
+            if found.iter().any(again) {
+                let mut kept: Vec<LogRow> =
+                    found.iter().filter(|old| !again(old)).cloned().collect();
+                self.loaded = kept.len();
+                kept.extend_from_slice(rest);
+                self.table = kept;
+                self.written = 0;
+            }
+        }
         self.columns.extend(row.values.keys().cloned());
         self.table.push(row);
     }
@@ -181,17 +211,19 @@ fn read_rows(path: &Path) -> Result<Vec<LogRow>> {
             ),
         ),
     };
-    let mut lines = text.lines();
-    let Some(header) = lines.next() else {
+    if text.is_empty() {
         return Ok(Vec::new());
-    };
-    let columns = split_header(header).map_err(|reason| invalid(1, reason))?;
-    if columns.get(..3) != Some(&["epoch", "step", "elapsed_s"].map(String::from)[..]) {
-        return Err(invalid(1, format!("the header is {header:?}")));
     }
+    let (columns, header_end) = split_header(&text).map_err(|reason| invalid(1, reason))?;
+    let header = &text[..header_end];
+    if columns.get(..3) != Some(&["epoch", "step", "elapsed_s"].map(String::from)[..]) {
+        return Err(invalid(1, format!("the header is {:?}", header.trim_end())));
+    }
+    // A quoted name may hold line breaks: the header may span lines.
+    let header_lines = header.matches('\n').count().max(1);
     let mut rows = Vec::new();
-    for (index, line) in lines.enumerate() {
-        let number = index + 2;
+    for (index, line) in text[header_end..].lines().enumerate() {
+        let number = header_lines + index + 1;
         let cells: Vec<&str> = line.split(',').collect();
         if cells.len() != columns.len() {
             return Err(invalid(
@@ -237,36 +269,39 @@ fn quoted(name: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The fields of a header line written with [`quoted`] names.
-fn split_header(line: &str) -> std::result::Result<Vec<String>, String> {
+/// The fields of the header that starts `text`, written with [`quoted`] names, and the byte
+/// offset where the rows begin (after the line break that ends the header outside quotes).
+fn split_header(text: &str) -> std::result::Result<(Vec<String>, usize), String> {
     let mut fields = Vec::new();
-    let mut chars = line.chars().peekable();
+    let mut chars = text.char_indices().peekable();
     loop {
         let mut field = String::new();
-        if chars.peek() == Some(&'"') {
+        if chars.peek().map(|&(_, c)| c) == Some('"') {
             chars.next();
             loop {
                 match chars.next() {
-                    Some('"') if chars.peek() == Some(&'"') => {
+                    Some((_, '"')) if chars.peek().map(|&(_, c)| c) == Some('"') => {
                         chars.next();
                         field.push('"');
                     }
-                    Some('"') => break,
-                    Some(c) => field.push(c),
-                    None => return Err(format!("an unterminated quote in the header {line:?}")),
+                    Some((_, '"')) => break,
+                    Some((_, c)) => field.push(c),
+                    None => return Err("an unterminated quote in the header".to_owned()),
                 }
             }
         }
-        while let Some(&c) = chars.peek() {
-            if c == ',' {
+        while let Some(&(_, c)) = chars.peek() {
+            if c == ',' || c == '\n' {
                 break;
             }
             field.push(c);
             chars.next();
         }
-        fields.push(field);
-        if chars.next().is_none() {
-            return Ok(fields);
+        fields.push(field.strip_suffix('\r').map(str::to_owned).unwrap_or(field));
+        match chars.next() {
+            Some((_, ',')) => {}
+            Some((at, _)) => return Ok((fields, at + 1)),
+            None => return Ok((fields, text.len())),
         }
     }
 }
@@ -374,26 +409,60 @@ mod tests {
         );
     }
 
-    /// Names with commas or quotes are quoted in the header and read back whole.
+    /// A checkpoint taken on an epoch's last step, before its end: the resumed run runs that
+    /// end again and logs its metrics at the same step, which replace the ones found.
+    #[test]
+    fn metrics_of_a_replayed_epoch_end_replace_the_ones_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = CsvLogger::create(dir.path(), 1).unwrap();
+        log(
+            &first,
+            vec![
+                row(0, 100, &[("train/loss", 1.5)]),
+                row(0, 100, &[("valid/min_ade", 0.875)]),
+                row(1, 150, &[("train/loss", 1.0)]),
+            ],
+        );
+        first.finish().unwrap();
+        let resumed = CsvLogger::resume(dir.path(), 1, 100).unwrap();
+        log(&resumed, vec![row(0, 100, &[("valid/min_ade", 0.75)])]);
+        resumed.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(resumed.path()).unwrap(),
+            "epoch,step,elapsed_s,train/loss,valid/min_ade\n\
+             0,100,100.000,1.5,\n\
+             0,100,100.000,,0.75\n"
+        );
+    }
+
+    /// Names with commas, quotes or line breaks are quoted in the header and read back whole.
     #[test]
     fn names_with_commas_and_quotes_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let name = "valid/mr@2,0m \"strict\"";
+        let broken = "two\nlines";
         let first = CsvLogger::create(dir.path(), 1).unwrap();
         log(
             &first,
-            vec![row(0, 1, &[(name, 0.25), ("train/loss", 1.0)])],
+            vec![
+                row(0, 1, &[(name, 0.25), ("train/loss", 1.0), (broken, 3.0)]),
+                row(0, 2, &[("train/loss", 0.5)]),
+            ],
         );
         first.finish().unwrap();
         let text = std::fs::read_to_string(first.path()).unwrap();
         assert!(
-            text.starts_with("epoch,step,elapsed_s,train/loss,\"valid/mr@2,0m \"\"strict\"\"\"\n"),
+            text.starts_with(
+                "epoch,step,elapsed_s,train/loss,\"two\nlines\",\"valid/mr@2,0m \"\"strict\"\"\"\n"
+            ),
             "{text}"
         );
-        let resumed = CsvLogger::resume(dir.path(), 1, 1).unwrap();
+        let resumed = CsvLogger::resume(dir.path(), 1, 2).unwrap();
         let state = resumed.state.lock().unwrap();
+        assert_eq!(state.table.len(), 2);
         assert_eq!(state.table[0].values[name], 0.25);
-        assert_eq!(state.table[0].values["train/loss"], 1.0);
+        assert_eq!(state.table[0].values[broken], 3.0);
+        assert_eq!(state.table[1].values["train/loss"], 0.5);
     }
 
     /// A logger that logs nothing leaves the file it found as it was.
