@@ -38,8 +38,9 @@ pub struct WriteError {
 /// `.NAME.XXXXXX.tmp`, NAME cut to 200 bytes, so a crash leaves only dot-files ending in `.tmp`
 /// behind) and a rename.
 /// The directory must exist (a cache whose directory went away fails its write rather than
-/// recreating it). Readers see the old file or the new one, never a part. The
-/// file gets the usual mode (0644 on Unix), not a temporary file's private one.
+/// recreating it). Readers see the old file or the new one, never a part. On Unix a file that
+/// replaces another keeps the other's mode (a checkpoint made private stays private), and a new
+/// one gets the mode `File::create` gives (0666 less the umask), not a temporary file's 0600.
 ///
 /// ```
 /// use kiln_ml_core::{Durability, write_atomic};
@@ -71,10 +72,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> Result
     let mut builder = tempfile::Builder::new();
     builder.prefix(&prefix).suffix(".tmp");
     #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
     let mut file = builder
         .tempfile_in(directory)
         .map_err(failed("creating a temporary file in", directory))?;
+    // The umask applied to the 0666 above; a replaced file's own mode is set as it was.
+    #[cfg(unix)]
+    if let Ok(replaced) = std::fs::metadata(path) {
+        file.as_file()
+            .set_permissions(replaced.permissions())
+            .map_err(failed("setting the permissions of", file.path()))?;
+    }
     file.write_all(bytes)
         .map_err(failed("writing", file.path()))?;
     if durability == Durability::Synced {
@@ -86,6 +94,34 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> Result
         .map_err(|error| failed("renaming into place", path)(error.error))?;
     if durability == Durability::Synced {
         sync_directory(directory).map_err(failed("syncing the directory", directory))?;
+    }
+    Ok(())
+}
+
+/// Creates `directory` and its missing parents, as `std::fs::create_dir_all` does, and flushes
+/// each new directory's entry in its parent, so that a file written into it with
+/// [`Durability::Synced`] survives a power loss with the directories leading to it.
+pub fn create_dir_all_synced(directory: &Path) -> Result<(), WriteError> {
+    let missing: Vec<&Path> = directory
+        .ancestors()
+        .take_while(|ancestor| !ancestor.as_os_str().is_empty() && !ancestor.exists())
+        .collect();
+    std::fs::create_dir_all(directory).map_err(|source| WriteError {
+        action: "creating the directory",
+        path: directory.to_path_buf(),
+        source,
+    })?;
+    // From the outermost new directory inwards: each one's entry in its parent.
+    for created in missing.iter().rev() {
+        let parent = match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        sync_directory(parent).map_err(|source| WriteError {
+            action: "syncing the directory",
+            path: parent.to_path_buf(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -145,10 +181,44 @@ mod tests {
         assert_eq!(names, ["out.json"]);
         #[cfg(unix)]
         {
+            // The mode a plain new file gets here (0666 less the umask).
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o644);
+            let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+            let plain = dir.path().join("plain");
+            std::fs::File::create(&plain).unwrap();
+            let fresh = dir.path().join("fresh.json");
+            write_atomic(&fresh, b"{}", Durability::Renamed).unwrap();
+            assert_eq!(mode(&fresh), mode(&plain));
         }
+    }
+
+    /// A file made private stays private when it is replaced.
+    #[cfg(unix)]
+    #[test]
+    fn a_replaced_file_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.kiln");
+        write_atomic(&path, b"first", Durability::Synced).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&path, b"second", Durability::Synced).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+    }
+
+    #[test]
+    fn missing_directories_are_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a").join("b").join("c");
+        create_dir_all_synced(&nested).unwrap();
+        assert!(nested.is_dir());
+        // Already there: nothing to do.
+        create_dir_all_synced(&nested).unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let error = create_dir_all_synced(&file.join("below")).unwrap_err();
+        assert_eq!(error.action, "creating the directory");
     }
 
     #[test]

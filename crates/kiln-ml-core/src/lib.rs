@@ -69,7 +69,7 @@ mod shard;
 mod source;
 mod transform;
 
-pub use atomic_write::{Durability, WriteError, write_atomic};
+pub use atomic_write::{Durability, WriteError, create_dir_all_synced, write_atomic};
 pub use autotune::AutotuneLevel;
 pub use block_finder::BlockFinder;
 pub use data_key::{ResumePoint, data_key};

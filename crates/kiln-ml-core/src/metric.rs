@@ -47,7 +47,11 @@ pub trait Metric<Input: ?Sized> {
     /// What a rejected input reports; it should name the offending index and field.
     type Error: std::error::Error + Send + Sync + 'static;
 
-    /// Accumulates one input. On error the state is unchanged.
+    /// Accumulates one input. On error the state is unchanged by that input. A metric that
+    /// defers its work (kiln-ml-metrics' `DeviceTrajectoryMetrics` queues inputs on their
+    /// device and reads them back in [`flush`](Self::flush)) may report here the error of an
+    /// earlier input it had queued, which it then leaves out, as if that input's `update` had
+    /// failed.
     fn update(&mut self, input: &Input) -> Result<(), Self::Error>;
 
     /// Adds another accumulator's state to this one.

@@ -13,7 +13,10 @@ use crate::{Error, Fingerprint, Position, Result, ResumePoint};
 /// kiln-ml-data's `Epoch` implements it; [`PlainBatches`] adapts any other iterator.
 pub trait PositionedBatches: Iterator {
     /// The position after the batches returned so far: where the epoch was opened before the
-    /// first, and the start of the next epoch once every batch was returned.
+    /// first, and the start of the next epoch once the epoch is known to be over. kiln-ml-data's
+    /// `Epoch` knows with its last batch; [`PlainBatches`] once `next` returned `None` (it
+    /// cannot look ahead), so a trainer stopping on that last batch learns that no batch is
+    /// left from `size_hint` instead.
     fn position(&self) -> Position;
 
     /// Samples in the batch [`next`](Iterator::next) returned last, on this rank (for

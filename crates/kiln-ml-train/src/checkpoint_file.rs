@@ -35,10 +35,12 @@ pub(crate) fn write_sections(path: &Path, sections: &[(&str, &[u8])]) -> Result<
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
     {
-        std::fs::create_dir_all(directory).map_err(|source| Error::CheckpointIo {
-            path: directory.to_path_buf(),
-            action: "create directory",
-            source,
+        // A new checkpoint directory is synced into its parent too: the file's own sync
+        // does not make the directory leading to it durable.
+        kiln_ml_core::create_dir_all_synced(directory).map_err(|error| Error::CheckpointIo {
+            path: error.path,
+            action: error.action,
+            source: error.source,
         })?;
     }
     let durable = kiln_ml_core::Durability::Synced;

@@ -176,7 +176,9 @@ impl State {
             }
             text.push('\n');
         }
-        kiln_ml_core::write_atomic(path, text.as_bytes(), kiln_ml_core::Durability::Renamed)
+        // Synced: the log cannot be rebuilt, and an unsynced rename over it could leave the run's
+        // whole history empty after a power loss.
+        kiln_ml_core::write_atomic(path, text.as_bytes(), kiln_ml_core::Durability::Synced)
             .map_err(|error| Error::LogIo {
                 path: error.path,
                 action: error.action,
