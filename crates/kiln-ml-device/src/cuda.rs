@@ -45,6 +45,28 @@ mod driver {
     type CuInit = unsafe extern "C" fn(flags: u32) -> i32;
     type CuDeviceGetCount = unsafe extern "C" fn(count: *mut i32) -> i32;
     type CuDeviceGetName = unsafe extern "C" fn(name: *mut u8, length: i32, device: i32) -> i32;
+    type CuGetErrorName =
+        unsafe extern "C" fn(error: i32, name: *mut *const std::ffi::c_char) -> i32;
+
+    /// A driver error as `CUDA error 100 (CUDA_ERROR_NO_DEVICE: hint)`: its name from the
+    /// driver when it has one, and what to check for the usual causes.
+    fn describe(library: &libloading::Library, code: i32) -> String {
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: the symbol type matches the driver API's C signature; on success the driver
+        // points `name` at a static NUL-terminated string.
+        let named = unsafe {
+            library
+                .get::<CuGetErrorName>(b"cuGetErrorName\0")
+                .is_ok_and(|get_name| get_name(code, &mut name) == 0 && !name.is_null())
+        };
+        let name = named.then(|| {
+            // SAFETY: checked non-null above; the driver's error names are static C strings.
+            unsafe { std::ffi::CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
+        });
+        super::describe_error(code, name.as_deref())
+    }
 
     pub(super) fn probe() -> CudaStatus {
         let unavailable = |reason: String| CudaStatus::Unavailable { reason };
@@ -69,13 +91,16 @@ mod driver {
         // SAFETY: cuInit takes flags (must be 0) and is safe to call repeatedly.
         let status = unsafe { init(0) };
         if status != 0 {
-            return unavailable(format!("cuInit failed with CUDA error {status}"));
+            return unavailable(format!("cuInit failed: {}", describe(&library, status)));
         }
         let mut devices = 0i32;
         // SAFETY: the pointer is to a live, writable i32.
         let status = unsafe { count(&mut devices) };
         if status != 0 {
-            return unavailable(format!("cuDeviceGetCount failed with CUDA error {status}"));
+            return unavailable(format!(
+                "cuDeviceGetCount failed: {}",
+                describe(&library, status)
+            ));
         }
         if devices <= 0 {
             return unavailable("the CUDA driver reports no devices".to_owned());
@@ -104,5 +129,49 @@ mod driver {
             devices: devices as usize,
             name,
         }
+    }
+}
+
+/// `CUDA error CODE (NAME: hint)`, with a hint for the errors that stop a machine from using
+/// its GPU at all.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn describe_error(code: i32, name: Option<&str>) -> String {
+    let hint = match code {
+        100 => Some(
+            "no CUDA device is visible: check CUDA_VISIBLE_DEVICES (an empty value hides every \
+             GPU) and that nvidia-smi lists one",
+        ),
+        34 => Some(
+            "the CUDA toolkit's stub libcuda was loaded instead of the driver's: put the \
+             driver's libcuda.so.1 first on the library path",
+        ),
+        803 => Some(
+            "the driver library and the loaded kernel module differ in version (after a driver \
+             update): reload the nvidia module or reboot",
+        ),
+        804 => Some("this GPU does not support the forward-compatible driver in use"),
+        46 => Some("the GPU is busy or unavailable (exclusive-process mode, or in use)"),
+        _ => None,
+    };
+    let name = name.unwrap_or("unnamed");
+    match hint {
+        Some(hint) => format!("CUDA error {code} ({name}: {hint})"),
+        None => format!("CUDA error {code} ({name})"),
+    }
+}
+
+#[cfg(test)]
+mod describe_tests {
+    use super::describe_error;
+
+    #[test]
+    fn driver_errors_are_named_with_what_to_check() {
+        let message = describe_error(100, Some("CUDA_ERROR_NO_DEVICE"));
+        assert!(
+            message.starts_with("CUDA error 100 (CUDA_ERROR_NO_DEVICE: "),
+            "{message}"
+        );
+        assert!(message.contains("CUDA_VISIBLE_DEVICES"), "{message}");
+        assert_eq!(describe_error(2, None), "CUDA error 2 (unnamed)");
     }
 }

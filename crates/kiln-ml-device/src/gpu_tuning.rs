@@ -117,6 +117,9 @@ impl GpuTuning {
     }
 
     /// Where compiled kernels are kept: a folder per device model under the cache directory.
+    /// Settings without a device model (applied before [`select`](crate::select) named one)
+    /// keep no compiled kernel: CubeCL's kernel cache does not tell GPU architectures apart, so
+    /// a shared `compiled/any` folder would hand one model's kernels to another.
     pub fn compiled_dir(&self) -> PathBuf {
         let model = self
             .device
@@ -173,6 +176,19 @@ impl GpuTuning {
         cfg!(feature = "autotune")
     }
 
+    /// Whether kernel compilations go to the kernel log (tuning runs always do, when it is on):
+    /// not on a Vulkan device, where CubeCL's compilation log also turns on wgpu's debugging
+    /// flags, and with them the Vulkan validation layers wherever they are installed, which slow
+    /// every kernel launch. Settings applied before [`select`](crate::select) do not know the
+    /// device: pass `with_kernel_log(false)` to them for a wgpu device.
+    pub fn logs_compilation(&self) -> bool {
+        self.kernel_log
+            && !self
+                .device
+                .as_deref()
+                .is_some_and(|device| device.starts_with("vulkan "))
+    }
+
     /// The kernel log's path, when it is on: `kernels.log` in the cache directory.
     pub fn kernel_log(&self) -> Option<PathBuf> {
         self.kernel_log.then(|| self.cache_dir.join("kernels.log"))
@@ -220,7 +236,12 @@ impl GpuTuning {
         // choices, then CubeCL's environment variables, which win.
         let mut config = CubeClRuntimeConfig::from_current_dir();
         config.autotune.cache = CacheConfig::File(self.cache_dir.clone());
-        config.compilation.cache = Some(CacheConfig::File(self.compiled_dir()));
+        // Compiled kernels are kept only under a known device model: CubeCL's kernel cache keys
+        // them by kernel, not architecture, and one model's kernels fail on another.
+        config.compilation.cache = self
+            .device
+            .is_some()
+            .then(|| CacheConfig::File(self.compiled_dir()));
         config.autotune.level = match self.autotune_level {
             AutotuneLevel::Minimal => Level::Minimal,
             AutotuneLevel::Balanced => Level::Balanced,
@@ -230,8 +251,10 @@ impl GpuTuning {
         if let Some(log) = self.kernel_log() {
             // The log's folder must exist for CubeCL to open it; a failure only loses the log.
             let _ = std::fs::create_dir_all(&self.cache_dir);
-            config.compilation.logger.level = CompilationLogLevel::Basic;
-            config.compilation.logger.file = Some(log.clone());
+            if self.logs_compilation() {
+                config.compilation.logger.level = CompilationLogLevel::Basic;
+                config.compilation.logger.file = Some(log.clone());
+            }
             config.autotune.logger.level = AutotuneLogLevel::Minimal;
             config.autotune.logger.file = Some(log);
         }
@@ -319,6 +342,34 @@ mod tests {
         assert!(autotune_level_from(Err(VarError::NotPresent)).is_ok());
         assert!(autotune_level_from(Ok("  ".to_owned())).is_ok());
         assert!(autotune_level_from(Ok("sideways".to_owned())).is_err());
+    }
+
+    /// CUDA devices log their compilations; Vulkan ones do not (it would turn wgpu's
+    /// validation on); settings that know no device keep no compiled kernel.
+    #[test]
+    fn the_device_decides_the_compilation_log_and_cache() {
+        let tuning = GpuTuning::from_env().unwrap();
+        assert!(
+            tuning
+                .clone()
+                .for_device("cuda NVIDIA H200")
+                .logs_compilation()
+        );
+        assert!(
+            !tuning
+                .clone()
+                .for_device("vulkan llvmpipe (LLVM 19.1.7, 256 bits)")
+                .logs_compilation()
+        );
+        assert!(
+            !tuning
+                .clone()
+                .for_device("cuda NVIDIA H200")
+                .with_kernel_log(false)
+                .logs_compilation()
+        );
+        assert!(tuning.logs_compilation());
+        assert!(tuning.kernel_log().is_some());
     }
 
     #[test]
