@@ -38,6 +38,7 @@
 
 mod auto;
 mod cuda;
+mod cuda_errors;
 mod gpu_tuning;
 mod launch_log;
 mod preference;
