@@ -141,9 +141,9 @@ mod tests {
         assert_eq!(cache.stats().disk_bytes, 0);
     }
 
-    #[test]
-    fn the_size_limit_evicts_least_recently_used() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A cache in `dir` limited to two segments of one size, holding blocks 0 and 1; with that
+    /// size.
+    fn two_segments_at_the_limit(dir: &tempfile::TempDir) -> (DiskCache, u64) {
         let one = segment(key(0), &[7; 100]).len() as u64;
         let cache = DiskCache::open(dir.path())
             .unwrap()
@@ -153,6 +153,13 @@ mod tests {
                 .put(&key(block), &segment(key(block), &[7; 100]))
                 .unwrap();
         }
+        (cache, one)
+    }
+
+    #[test]
+    fn the_size_limit_evicts_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, one) = two_segments_at_the_limit(&dir);
         // Touch block 0 so block 1 is the least recently used.
         assert!(cache.get(&key(0)).unwrap().is_some());
         cache.put(&key(2), &segment(key(2), &[7; 100])).unwrap();
@@ -168,15 +175,7 @@ mod tests {
     #[test]
     fn a_segment_removed_by_another_process_is_not_counted_as_evicted() {
         let dir = tempfile::tempdir().unwrap();
-        let one = segment(key(0), &[7; 100]).len() as u64;
-        let cache = DiskCache::open(dir.path())
-            .unwrap()
-            .with_limit_bytes(2 * one);
-        for block in 0..2 {
-            cache
-                .put(&key(block), &segment(key(block), &[7; 100]))
-                .unwrap();
-        }
+        let (cache, one) = two_segments_at_the_limit(&dir);
         // Another process (another kiln sharing the directory) evicts block 0.
         std::fs::remove_file(cache.segment_path(&key(0))).unwrap();
         cache.put(&key(2), &segment(key(2), &[7; 100])).unwrap();
