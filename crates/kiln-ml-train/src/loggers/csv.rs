@@ -71,17 +71,11 @@ impl CsvLogger {
         rows.retain(|row| row.step <= after_step);
         // Rewritten at the first write, or when dropped, when rows were dropped.
         let written = if rows.len() == found { found } else { 0 };
-        let logger = Self::with_rows(directory, every_steps, rows, written)?;
-        {
-            let mut state = logger
-                .state
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner());
-            state.loaded = state.table.len();
-        }
-        Ok(logger)
+        Self::with_rows(directory, every_steps, rows, written)
     }
 
+    /// A logger whose table starts with `table`, the rows a resumed run found (none for a new
+    /// file), `written` of them as the file holds them.
     fn with_rows(
         directory: &Path,
         every_steps: u64,
@@ -97,6 +91,7 @@ impl CsvLogger {
             .iter()
             .flat_map(|row| row.values.keys().cloned())
             .collect();
+        let loaded = table.len();
         Ok(Self {
             path: directory.join(FILE_NAME),
             state: Mutex::new(State {
@@ -104,7 +99,7 @@ impl CsvLogger {
                 table,
                 columns,
                 written,
-                loaded: 0,
+                loaded,
                 error: None,
             }),
         })
