@@ -170,6 +170,21 @@ fn step_of(name: &str) -> Option<u64> {
     (file_name(step) == name).then_some(step)
 }
 
+/// Whether `name` is the temporary file of a checkpoint write ([`write_atomic`]'s
+/// `.NAME.XXXXXX.tmp`, NAME a name [`file_name`] gives) that never reached its rename.
+///
+/// [`write_atomic`]: kiln_ml_core::write_atomic
+fn is_checkpoint_temporary(name: &str) -> bool {
+    let Some(inner) = name.strip_prefix('.').and_then(|rest| rest.strip_suffix(".tmp")) else {
+        return false;
+    };
+    inner.rsplit_once('.').is_some_and(|(target, random)| {
+        !random.is_empty()
+            && random.chars().all(|c| c.is_ascii_alphanumeric())
+            && step_of(target).is_some()
+    })
+}
+
 /// The checkpoint files in `directory`, oldest first.
 pub fn list_checkpoints(directory: &Path) -> Result<Vec<PathBuf>> {
     Ok(checkpoints_by_step(directory)?
@@ -225,7 +240,9 @@ fn free_name(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// After the checkpoint of step `written` was written into `directory`: deletes all but the
-/// newest `keep` checkpoints up to that step, and sets aside those of later steps.
+/// newest `keep` checkpoints up to that step, sets aside those of later steps, and deletes the
+/// temporary files of checkpoint writes a killed run left behind (each as large as a
+/// checkpoint; this run's own writes are done by now, and rank 0 alone writes here).
 ///
 /// A checkpoint of a later step belongs to a trajectory this run abandoned (it resumed from an
 /// earlier checkpoint, say to roll back a divergence). Counted as newest, it would make the
@@ -237,6 +254,7 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
         .into_iter()
         .partition(|(step, _)| *step <= written);
     let set_aside = set_aside(later, written)?;
+    remove_stale_temporaries(directory)?;
     let excess = ours.len().saturating_sub(keep);
     for (_, path) in &ours[..excess] {
         std::fs::remove_file(path).map_err(|source| Error::CheckpointIo {
@@ -246,6 +264,37 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
         })?;
     }
     Ok(set_aside)
+}
+
+/// Deletes the temporary files of interrupted checkpoint writes in `directory`.
+fn remove_stale_temporaries(directory: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(directory).map_err(|source| Error::CheckpointIo {
+        path: directory.to_path_buf(),
+        action: "list",
+        source,
+    })?;
+    for entry in entries.filter_map(|entry| entry.ok()) {
+        if !entry.file_name().to_str().is_some_and(is_checkpoint_temporary) {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => log::info!(
+                "removed {}, left by a checkpoint write that did not finish",
+                path.display()
+            ),
+            // Another cleaner was first.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(Error::CheckpointIo {
+                    path,
+                    action: "remove an interrupted checkpoint write's temporary file",
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Sets aside the checkpoints in `directory` of steps after `loaded`, the step a run resumed
@@ -386,6 +435,29 @@ mod tests {
                 .join(format!("{}.abandoned", file_name(200)))
                 .exists()
         );
+    }
+
+    #[test]
+    fn pruning_removes_interrupted_writes_of_checkpoints_only() {
+        let dir = tempfile::tempdir().unwrap();
+        write_sections(&dir.path().join(file_name(10)), &[("s", b"x")]).unwrap();
+        let interrupted = format!(".{}.a1B2c3.tmp", file_name(5));
+        // Not a checkpoint's temporary file: another name, or no random part.
+        let kept = [
+            ".notes.txt.a1B2c3.tmp".to_owned(),
+            format!(".{}.tmp", file_name(5)),
+            format!("{}.a1B2c3.tmp", file_name(5)),
+        ];
+        for name in kept.iter().chain([&interrupted]) {
+            std::fs::write(dir.path().join(name), b"partial").unwrap();
+        }
+        assert!(is_checkpoint_temporary(&interrupted));
+        prune(dir.path(), 2, 10).unwrap();
+        assert!(!dir.path().join(&interrupted).exists());
+        for name in &kept {
+            assert!(dir.path().join(name).exists(), "{name}");
+        }
+        assert_eq!(list_checkpoints(dir.path()).unwrap().len(), 1);
     }
 
     #[test]
