@@ -175,7 +175,10 @@ fn step_of(name: &str) -> Option<u64> {
 ///
 /// [`write_atomic`]: kiln_ml_core::write_atomic
 fn is_checkpoint_temporary(name: &str) -> bool {
-    let Some(inner) = name.strip_prefix('.').and_then(|rest| rest.strip_suffix(".tmp")) else {
+    let Some(inner) = name
+        .strip_prefix('.')
+        .and_then(|rest| rest.strip_suffix(".tmp"))
+    else {
         return false;
     };
     inner.rsplit_once('.').is_some_and(|(target, random)| {
@@ -274,7 +277,11 @@ fn remove_stale_temporaries(directory: &Path) -> Result<()> {
         source,
     })?;
     for entry in entries.filter_map(|entry| entry.ok()) {
-        if !entry.file_name().to_str().is_some_and(is_checkpoint_temporary) {
+        if !entry
+            .file_name()
+            .to_str()
+            .is_some_and(is_checkpoint_temporary)
+        {
             continue;
         }
         let path = entry.path();

@@ -14,7 +14,7 @@ use kiln_ml_core::panic_message;
 
 use crate::collective::Collective;
 use crate::ephemeral_ports::EphemeralPorts;
-use crate::replica_group::{RELEASED, ReplicaGroup};
+use crate::replica_group::{RELEASED, ReplicaGroup, StallWatch};
 use crate::{Error, NodeConfig, Replica, Result};
 
 /// Runs data-parallel training: one replica per device on this node, and, with a
@@ -36,9 +36,16 @@ use crate::{Error, NodeConfig, Replica, Result};
 ///     .unwrap();
 /// assert_eq!(ranks, vec![0, 1]);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataParallel {
     node: Option<NodeConfig>,
+    stall_warning: Option<Duration>,
+}
+
+impl Default for DataParallel {
+    fn default() -> Self {
+        Self::local()
+    }
 }
 
 /// One multi-node run per process at a time: burn-collective keeps one server per backend per
@@ -46,20 +53,42 @@ pub struct DataParallel {
 static RUN_LOCK: Mutex<()> = Mutex::new(());
 
 impl DataParallel {
+    /// How long a replica waits in a collective call on one node before stderr says who is
+    /// missing: PyTorch's default NCCL timeout, at which kiln reports instead of aborting.
+    pub const DEFAULT_STALL_WARNING: Duration = Duration::from_secs(600);
+
     /// Every replica on this node's devices.
     pub fn local() -> Self {
-        Self { node: None }
+        Self {
+            node: None,
+            stall_warning: Some(Self::DEFAULT_STALL_WARNING),
+        }
     }
 
     /// This node's devices as part of a multi-node run.
     pub fn with_node(node: NodeConfig) -> Self {
-        Self { node: Some(node) }
+        Self {
+            node: Some(node),
+            ..Self::local()
+        }
+    }
+
+    /// How long a replica may wait in a collective call with the other replicas of this node
+    /// before stderr says which local ranks are in it and which have not arrived (and, when it
+    /// completes, after how long); `None` says nothing. Default [`Self::DEFAULT_STALL_WARNING`]
+    /// (10 minutes). Nothing is aborted: a replica that is slow, not hung (kernels compiled in
+    /// its first steps, a long validation), goes on. Across nodes, only the replicas of this
+    /// node meet in kiln's group; waits on other nodes are burn-collective's and not watched.
+    pub fn with_stall_warning(mut self, after: Option<Duration>) -> Self {
+        self.stall_warning = after;
+        self
     }
 
     /// One node, or many as the environment says ([`NodeConfig::from_env`]).
     pub fn from_env() -> Result<Self> {
         Ok(Self {
             node: NodeConfig::from_env()?,
+            ..Self::local()
         })
     }
 
@@ -108,7 +137,8 @@ impl DataParallel {
             // Forget whatever an earlier, failed run left registered.
             release_waiting::<B>();
         }
-        let group = Arc::new(ReplicaGroup::new(devices.len()));
+        let watch = self.stall_warning.map(StallWatch::on_stderr);
+        let group = Arc::new(ReplicaGroup::new(devices.len(), watch));
         let stream = StreamId::current();
 
         let per_node = devices.len() as u32;

@@ -22,7 +22,8 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
@@ -36,6 +37,25 @@ pub(crate) struct ReplicaGroup {
     replicas: usize,
     state: Mutex<Meeting>,
     changed: Condvar,
+    watch: Option<StallWatch>,
+}
+
+/// Who reports a call that waits longer than `after`, and how: once per call, by the first
+/// replica whose wait reaches it, and again when that call completes.
+#[derive(Clone)]
+pub(crate) struct StallWatch {
+    pub(crate) after: Duration,
+    pub(crate) report: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+impl StallWatch {
+    /// Reports on stderr, whatever logger is installed: a hung run has no other voice.
+    pub(crate) fn on_stderr(after: Duration) -> Self {
+        Self {
+            after,
+            report: Arc::new(|message| eprintln!("warning: kiln-ml-train: {message}")),
+        }
+    }
 }
 
 /// One call's meeting: replicas arrive with their part, the last one computes every answer,
@@ -51,6 +71,40 @@ struct Meeting {
     /// Whether the answers are out (the next call waits until all are taken).
     answered: bool,
     aborted: Option<String>,
+    /// Calls completed so far: the current call's number, from 0.
+    completed: u64,
+    /// When the current call's first replica arrived.
+    opened: Option<Instant>,
+    /// Whether the current call's stall was reported.
+    stall_reported: bool,
+}
+
+impl Meeting {
+    /// What a report of the current call's stall says: who is in it and who is not.
+    fn stall(&self, call: Call, waited: Duration) -> String {
+        let ranks = |arrived: bool| -> Vec<String> {
+            (self.arrivals.iter().enumerate())
+                .filter(|(_, arrival)| arrival.is_some() == arrived)
+                .map(|(rank, _)| rank.to_string())
+                .collect()
+        };
+        let number = self.completed;
+        if self.reducing {
+            return format!(
+                "data-parallel call {number} ({call}) has waited {:.0} s: every replica is in \
+                 it, and the sum on rank 0's device has not finished",
+                waited.as_secs_f64()
+            );
+        }
+        format!(
+            "data-parallel call {number} ({call}) has waited {:.0} s: local ranks [{}] are in \
+             it, local ranks [{}] have not arrived (still in their step: the first steps \
+             compile kernels; or hung)",
+            waited.as_secs_f64(),
+            ranks(true).join(", "),
+            ranks(false).join(", ")
+        )
+    }
 }
 
 /// What one replica brings to a call.
@@ -85,12 +139,14 @@ impl fmt::Debug for ReplicaGroup {
 }
 
 impl ReplicaGroup {
-    /// A group of `replicas` replicas, ranked `0..replicas`.
-    pub(crate) fn new(replicas: usize) -> Self {
+    /// A group of `replicas` replicas, ranked `0..replicas`, which reports calls that wait
+    /// past `watch`'s time.
+    pub(crate) fn new(replicas: usize, watch: Option<StallWatch>) -> Self {
         Self {
             replicas,
             state: Mutex::new(Meeting::default()),
             changed: Condvar::new(),
+            watch,
         }
     }
 
@@ -170,7 +226,12 @@ impl ReplicaGroup {
             "replica {rank} is already in this call"
         );
         state.arrivals[rank] = Some(Arrival { call, tensor });
+        if state.arrived == 0 {
+            state.opened = Some(Instant::now());
+            state.stall_reported = false;
+        }
         state.arrived += 1;
+        let number = state.completed;
         if state.arrived == self.replicas {
             let arrivals: Vec<Arrival> = state
                 .arrivals
@@ -187,10 +248,48 @@ impl ReplicaGroup {
             state.answers = computed;
             state.reducing = false;
             state.answered = true;
+            state.completed += 1;
             self.changed.notify_all();
         }
+        let mut reported_here = false;
         while !state.answered && state.aborted.is_none() {
-            state = self.wait(state);
+            state = match &self.watch {
+                None => self.wait(state),
+                Some(watch) => {
+                    let waited = state
+                        .opened
+                        .map_or(Duration::ZERO, |opened| opened.elapsed());
+                    if waited >= watch.after && !state.stall_reported {
+                        state.stall_reported = true;
+                        reported_here = true;
+                        (watch.report)(&state.stall(call, waited));
+                    }
+                    let left = if state.stall_reported {
+                        // Reported: the completion (or an abort) is what comes next.
+                        None
+                    } else {
+                        Some(watch.after - waited)
+                    };
+                    match left {
+                        None => self.wait(state),
+                        Some(left) => {
+                            self.changed
+                                .wait_timeout(state, left)
+                                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                                .0
+                        }
+                    }
+                }
+            };
+        }
+        if reported_here
+            && state.answered
+            && let (Some(watch), Some(opened)) = (&self.watch, state.opened)
+        {
+            (watch.report)(&format!(
+                "data-parallel call {number} ({call}) completed after {:.0} s",
+                opened.elapsed().as_secs_f64()
+            ));
         }
         if !state.answered {
             let why = state.aborted.clone().unwrap_or_default();
@@ -304,7 +403,7 @@ mod tests {
         replicas: usize,
         work: impl Fn(usize, &ReplicaGroup) -> T + Sync,
     ) -> Vec<T> {
-        let group = ReplicaGroup::new(replicas);
+        let group = ReplicaGroup::new(replicas, None);
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..replicas)
                 .map(|rank| {
@@ -362,7 +461,7 @@ mod tests {
 
     #[test]
     fn an_abort_releases_waiting_and_later_calls() {
-        let group = ReplicaGroup::new(2);
+        let group = ReplicaGroup::new(2, None);
         std::thread::scope(|scope| {
             let waiting = scope.spawn(|| group.sum(0, vec![tensor(&[1.0])]));
             // Whether rank 0 is waiting yet or not, it is released.
@@ -376,8 +475,58 @@ mod tests {
     }
 
     #[test]
+    fn a_call_that_waits_past_the_watch_is_reported_once_then_its_completion() {
+        let reports = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = reports.clone();
+        let watch = StallWatch {
+            after: Duration::from_millis(200),
+            report: Arc::new(move |message| sink.lock().unwrap().push(message.to_owned())),
+        };
+        let group = ReplicaGroup::new(3, Some(watch));
+        std::thread::scope(|scope| {
+            // Call 0 completes at once; in call 1, rank 2 comes late.
+            let handles: Vec<_> = (0..3)
+                .map(|rank| {
+                    let group = &group;
+                    scope.spawn(move || {
+                        group.sum(rank, vec![tensor(&[1.0])]).unwrap();
+                        if rank == 2 {
+                            std::thread::sleep(Duration::from_millis(1500));
+                        }
+                        values(group.sum(rank, vec![tensor(&[1.0, 2.0])]).unwrap())
+                    })
+                })
+                .collect();
+            for handle in handles {
+                assert_eq!(handle.join().unwrap(), [3.0, 6.0]);
+            }
+        });
+        // Call 0 is reported too where a thread started late (a loaded machine).
+        let reports: Vec<String> = (reports.lock().unwrap().iter())
+            .filter(|report| report.starts_with("data-parallel call 1 "))
+            .cloned()
+            .collect();
+        assert_eq!(reports.len(), 2, "{reports:?}");
+        assert!(
+            reports[0].starts_with("data-parallel call 1 (a sum of 2 elements) has waited"),
+            "{}",
+            reports[0]
+        );
+        assert!(
+            reports[0].contains("local ranks [0, 1] are in it, local ranks [2] have not arrived"),
+            "{}",
+            reports[0]
+        );
+        assert!(
+            reports[1].starts_with("data-parallel call 1 (a sum of 2 elements) completed after"),
+            "{}",
+            reports[1]
+        );
+    }
+
+    #[test]
     fn a_single_replica_meets_itself() {
-        let group = ReplicaGroup::new(1);
+        let group = ReplicaGroup::new(1, None);
         assert_eq!(
             values(group.sum(0, vec![tensor(&[2.0, 3.0])]).unwrap()),
             [2.0, 3.0]
