@@ -1,13 +1,13 @@
 //! A sample type's serde layout, as serde-reflection traces it: what the bincode fingerprint
 //! adds to the type's name, so a type whose fields changed never decodes its old bytes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use kiln_ml_core::Fingerprint;
 use serde::de::DeserializeOwned;
-use serde_reflection::{Tracer, TracerConfig};
+use serde_reflection::{Samples, Tracer, TracerConfig};
 
 /// The fingerprint of `T`'s layout: its format and every named container it reaches (field
 /// names and types, variants), or `None` when serde cannot trace it (a `Deserialize` that
@@ -15,35 +15,84 @@ use serde_reflection::{Tracer, TracerConfig};
 pub(crate) fn of<T: DeserializeOwned>() -> Option<Fingerprint> {
     static TRACED: OnceLock<Mutex<HashMap<&'static str, Option<Fingerprint>>>> = OnceLock::new();
     let name = std::any::type_name::<T>();
-    let traced = TRACED.get_or_init(Default::default);
-    if let Some(known) = traced
+    let known = TRACED.get_or_init(Default::default);
+    if let Some(layout) = known
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get(name)
     {
-        return *known;
+        return *layout;
     }
     // A user `Deserialize` may panic on made-up values: that type is untraced, not a crash.
-    let layout = catch_unwind(AssertUnwindSafe(trace::<T>)).ok().flatten();
-    traced
+    let layout = catch_unwind(AssertUnwindSafe(trace::<T>))
+        .unwrap_or_else(|_| Err("its Deserialize panicked on the tracer's values".to_owned()))
+        .inspect_err(|why| {
+            log::warn!(
+                "kiln-ml-cache: serde-reflection cannot trace the sample type {name} ({why}): \
+                 its cache key counts its name alone, so bump the transform's version when \
+                 its fields change"
+            )
+        })
+        .ok();
+    known
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(name, layout);
     layout
 }
 
-fn trace<T: DeserializeOwned>() -> Option<Fingerprint> {
-    let mut tracer = Tracer::new(TracerConfig::default());
-    let (format, _) = tracer.trace_simple_type::<T>().ok()?;
-    let registry = tracer.registry().ok()?;
-    // The Debug forms are complete (names, formats, variants in order) and deterministic
-    // (the registry is a BTreeMap).
-    Some(
-        Fingerprint::builder()
-            .str(&format!("{format:?}"))
-            .str(&format!("{registry:?}"))
-            .finish(),
-    )
+/// The most passes over `T` one trace makes: each pass visits at least one variant not seen
+/// before, so this bounds the variants of all its enums together, far above real sample types.
+const MAX_PASSES: usize = 4096;
+
+/// Traces `T` to the end: serde-reflection completes a top-level enum by itself, but an enum
+/// inside `T` (a field, an `Option`, a `Vec`'s items) only one variant per pass, and flags it
+/// as incomplete by a name it reveals only when asked for the registry. So: pass over `T` until
+/// no enum whose name is known is incomplete; when the registry names others, trace again
+/// knowing those too.
+fn trace<T: DeserializeOwned>() -> Result<Fingerprint, String> {
+    let samples = Samples::new();
+    let mut enums: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let mut tracer = Tracer::new(TracerConfig::default());
+        let mut format = None;
+        for _ in 0..MAX_PASSES {
+            format = Some(
+                tracer
+                    .trace_type_once::<T>(&samples)
+                    .map_err(|error| error.to_string())?
+                    .0,
+            );
+            // Clearing the flags lets the next pass visit the next variants.
+            let incomplete = (enums.iter())
+                .filter(|name| tracer.check_incomplete_enum(name).is_some())
+                .count();
+            if incomplete == 0 {
+                break;
+            }
+        }
+        match tracer.registry() {
+            Ok(registry) => {
+                // The Debug forms are complete (names, formats, variants in order) and
+                // deterministic (the registry is a BTreeMap).
+                let format = format.expect("MAX_PASSES is at least one");
+                return Ok(Fingerprint::builder()
+                    .str(&format!("{format:?}"))
+                    .str(&format!("{registry:?}"))
+                    .finish());
+            }
+            Err(serde_reflection::Error::MissingVariants(missing)) => {
+                let before = enums.len();
+                enums.extend(missing.iter().cloned());
+                if enums.len() == before {
+                    return Err(format!(
+                        "enums {missing:?} still had variants to trace after {MAX_PASSES} passes"
+                    ));
+                }
+            }
+            Err(error) => return Err(error.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -85,6 +134,75 @@ mod tests {
         fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
             Err(serde::de::Error::custom("never"))
         }
+    }
+
+    mod with_enum_before {
+        #[derive(serde::Deserialize)]
+        pub enum Kind {
+            Car,
+            Pedestrian { height: f32 },
+            Cyclist(Option<Speed>),
+        }
+
+        #[derive(serde::Deserialize)]
+        pub enum Speed {
+            Slow,
+            Fast(u8),
+        }
+
+        #[derive(serde::Deserialize)]
+        pub struct Sample {
+            pub kind: Kind,
+            pub history: Vec<Kind>,
+            pub a: u32,
+        }
+    }
+
+    mod with_enum_after {
+        pub use super::with_enum_before::Kind;
+
+        /// `with_enum_before::Sample` with `a` retyped.
+        #[derive(serde::Deserialize)]
+        pub struct Sample {
+            pub kind: Kind,
+            pub history: Vec<Kind>,
+            pub a: f32,
+        }
+    }
+
+    mod variant_after {
+        /// `with_enum_before::Kind` with a variant's field retyped, two enums deep.
+        #[derive(serde::Deserialize)]
+        pub enum Kind {
+            Car,
+            Pedestrian { height: f32 },
+            Cyclist(Option<Speed>),
+        }
+
+        #[derive(serde::Deserialize)]
+        pub enum Speed {
+            Slow,
+            Fast(u16),
+        }
+
+        #[derive(serde::Deserialize)]
+        pub struct Sample {
+            pub kind: Kind,
+            pub history: Vec<Kind>,
+            pub a: u32,
+        }
+    }
+
+    /// Enums inside a sample type are traced to their last variant, so the layout still tells
+    /// a changed field apart (it was the type's name alone).
+    #[test]
+    fn layouts_with_enums_inside_are_traced() {
+        let before = of::<with_enum_before::Sample>().expect("traced");
+        assert_ne!(of::<with_enum_after::Sample>().expect("traced"), before);
+        assert_ne!(of::<variant_after::Sample>().expect("traced"), before);
+        let top = of::<with_enum_before::Kind>().expect("a top-level enum is traced");
+        assert_ne!(of::<variant_after::Kind>().expect("traced"), top);
+        assert!(of::<Option<with_enum_before::Speed>>().is_some());
     }
 
     #[test]
