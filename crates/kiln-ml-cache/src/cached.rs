@@ -1,5 +1,6 @@
 //! `Cached`: a block source wrapper that serves transformed samples from the cache.
 
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use kiln_ml_core::{
@@ -62,6 +63,9 @@ pub struct Cached<S, T, C = BincodeCodec> {
     /// Computed at the first key, then shared by every block's: the codec's fingerprint traces
     /// the sample type's serde layout, too much to repeat per block read.
     identity: OnceLock<Identity>,
+    /// The digests of every block's segment key, which a write under a size limit spares:
+    /// computed at the first such write.
+    own_segments: OnceLock<HashSet<Fingerprint>>,
 }
 
 /// The fingerprints every segment key of one [`Cached`] shares. Each part is fixed for the
@@ -84,6 +88,7 @@ impl<S, T> Cached<S, T, BincodeCodec> {
             disk: disk.into(),
             ram: None,
             identity: OnceLock::new(),
+            own_segments: OnceLock::new(),
         }
     }
 }
@@ -97,8 +102,9 @@ impl<S, T, C> Cached<S, T, C> {
             codec,
             disk: self.disk,
             ram: self.ram,
-            // The codec changed: its fingerprint is not the old one's.
+            // The codec changed: its fingerprint is not the old one's, nor are the keys.
             identity: OnceLock::new(),
+            own_segments: OnceLock::new(),
         }
     }
 
@@ -140,6 +146,21 @@ where
     T: Transform<S::Item>,
     C: Codec<T::Output>,
 {
+    /// Writes a block's segment, sparing this cache's other segments under a size limit (see
+    /// `DiskCache::put_sparing`): whether it was written.
+    pub(crate) fn put_segment(&self, key: &SegmentKey, bytes: &[u8]) -> Result<bool> {
+        if self.disk.limit_bytes().is_none() {
+            return self.disk.put(key, bytes);
+        }
+        let own = self.own_segments.get_or_init(|| {
+            (0..self.num_blocks() as BlockIndex)
+                .map(|block| self.key(block).digest())
+                .collect()
+        });
+        self.disk
+            .put_sparing(key, bytes, &|digest| own.contains(digest))
+    }
+
     /// The cache key of a block's segment.
     pub fn key(&self, block: BlockIndex) -> SegmentKey {
         let identity = self.identity();
@@ -383,7 +404,7 @@ where
         }
         let samples = self.compute_block(block)?;
         let bytes = self.encode_block(block, &samples)?;
-        if let Err(error) = self.disk.put(&key, &bytes) {
+        if let Err(error) = self.put_segment(&key, &bytes) {
             // The samples are good; only keeping them failed (a full disk, a directory that
             // went away). Training goes on uncached rather than stopping; `warm` does fail.
             self.disk.record_failed_write(&error);

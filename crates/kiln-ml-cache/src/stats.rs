@@ -30,6 +30,9 @@ pub struct CacheStats {
     pub failed_writes: u64,
     /// Segments removed to stay under the size limit.
     pub evictions: u64,
+    /// Segments not written because the same cached source's segments already filled the size
+    /// limit: their blocks are computed again when read.
+    pub declined_writes: u64,
     /// Bytes held by the RAM cache now.
     pub ram_bytes: u64,
     /// Bytes of segments on disk now, as far as this process knows.
@@ -66,6 +69,7 @@ pub(crate) struct Counters {
     pub(crate) bytes_written: AtomicU64,
     pub(crate) failed_writes: AtomicU64,
     pub(crate) evictions: AtomicU64,
+    pub(crate) declined_writes: AtomicU64,
 }
 
 impl Counters {
@@ -84,6 +88,7 @@ impl Counters {
             bytes_written: load(&self.bytes_written),
             failed_writes: load(&self.failed_writes),
             evictions: load(&self.evictions),
+            declined_writes: load(&self.declined_writes),
             ram_bytes: 0,
             disk_bytes: 0,
         }

@@ -148,7 +148,11 @@ where
             room.full.store(true, Ordering::Relaxed);
             return Ok(None);
         }
-        self.disk().put(&self.key(block), &bytes)?;
+        // Room counted this call's segments; other segments of this source that a concurrent
+        // reader wrote can still decline it.
+        if !self.put_segment(&self.key(block), &bytes)? {
+            return Ok(None);
+        }
         Ok(Some(bytes.len() as u64))
     }
 }

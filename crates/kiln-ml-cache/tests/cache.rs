@@ -269,6 +269,64 @@ fn warm_stops_at_the_size_limit_without_evicting_what_it_built() {
     assert!(stats.disk_bytes <= limit, "{stats:?}");
 }
 
+/// Epochs read through a cache smaller than the dataset keep the segments it holds: a block
+/// that does not fit is computed on every read, and never evicts the block read next (the
+/// least recently used, in a sequential epoch), which would make every read a miss. A segment
+/// larger than the whole limit is never written, so it evicts nothing.
+#[test]
+fn reads_under_a_limit_keep_what_the_cache_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let probe = cached_in(&dir, 1, &calls);
+    let sizes: Vec<u64> = (0..probe.num_blocks() as u32)
+        .map(|block| {
+            let samples = probe.compute_block(block).unwrap();
+            probe.encode_block(block, &samples).unwrap().len() as u64
+        })
+        .collect();
+    let limit = sizes.iter().sum::<u64>() - 1;
+    let cached = Cached::new(
+        source(),
+        counted(1, &calls),
+        DiskCache::open(dir.path()).unwrap().with_limit_bytes(limit),
+    );
+    // No warm-up: the first epoch's misses fill the cache, in block order.
+    for epoch in 0..3 {
+        for (index, block) in cached.blocks().iter().enumerate() {
+            assert_eq!(
+                cached.read_block(index as u32).unwrap(),
+                expected(block, 1),
+                "epoch {epoch}, block {index}"
+            );
+        }
+    }
+    let stats = cached.stats();
+    assert_eq!(stats.evictions, 0, "{stats:?}");
+    // Blocks 0 and 1 are written in the first epoch and hit in the next two; block 2 is
+    // computed in every epoch and declined every time.
+    assert_eq!((stats.disk_hits, stats.misses), (4, 5), "{stats:?}");
+    assert_eq!(stats.declined_writes, 3, "{stats:?}");
+    assert_eq!(stats.disk_bytes, sizes[0] + sizes[1], "{stats:?}");
+
+    // A segment above the whole limit, of another source: declined, evicting nothing.
+    let tiny = Cached::new(
+        source(),
+        counted(2, &calls),
+        DiskCache::open(dir.path())
+            .unwrap()
+            .with_limit_bytes(sizes[0] - 1),
+    );
+    // Opening with a smaller limit evicts down to it; the read itself evicts nothing.
+    let opened = tiny.stats();
+    let before = std::fs::read_dir(dir.path()).unwrap().count();
+    tiny.read_block(0).unwrap();
+    let stats = tiny.stats();
+    assert_eq!(stats.evictions, opened.evictions, "{stats:?}");
+    assert_eq!(stats.declined_writes, 1, "{stats:?}");
+    assert!(!tiny.disk().contains(&tiny.key(0)));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), before);
+}
+
 /// The segments a warm-up finds are counted before it builds any: a built one does not evict
 /// one it found (least recently used, on one thread, before it was read) only to rebuild it.
 #[test]

@@ -37,11 +37,21 @@ pub const DEFAULT_MMAP_THRESHOLD: u64 = 2 << 20;
 ///   threshold are memory-mapped; a program that modified or truncated such a file in place
 ///   while it is mapped would change bytes after verification (undefined behaviour for the
 ///   reader) or make the reader's next access fault (`SIGBUS`). Deleting or replacing files by
-///   rename is safe.
+///   rename is safe on a local file system.
+/// - **Keep the directory on a local disk.** On a network file system (NFS), an unlinked file's
+///   data is kept only for processes of the machine that unlinked it: another host evicting or
+///   replacing a segment this one has mapped makes its next access fault (`SIGBUS`), and a
+///   media error under a mapped segment does the same where a read would return an error. A shared
+///   directory needs mapping off: [`with_mmap_threshold`](Self::with_mmap_threshold) with
+///   `u64::MAX`.
 /// - **Size limit**: with [`with_limit_bytes`](Self::with_limit_bytes), the least recently used
 ///   segments are removed after a write that exceeds the limit. Recency is what this process
 ///   saw, and across runs the modification time, which a disk hit sets to now (best effort)
-///   when there is a limit. The segment just written is always kept. The count is per process
+///   when there is a limit. The segment just written is always kept; one larger than the
+///   whole limit is not written. A [`Cached`](crate::Cached) source's writes spare its own
+///   segments: once they fill the limit, its further blocks are not written
+///   ([`CacheStats::declined_writes`](crate::CacheStats::declined_writes)) but computed when
+///   read, so a cache smaller than its dataset keeps what it holds. The count is per process
 ///   (the segments listed at open, and those written or read since): two processes writing
 ///   into one directory at once may together exceed the limit.
 #[derive(Debug)]
@@ -104,7 +114,7 @@ impl DiskCache {
     /// each write).
     pub fn with_limit_bytes(mut self, limit_bytes: u64) -> Self {
         self.limit_bytes = Some(limit_bytes);
-        self.evict(None);
+        self.evict(None, &|_| false);
         self
     }
 

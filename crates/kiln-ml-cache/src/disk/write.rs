@@ -9,9 +9,36 @@ use crate::{Error, Result};
 
 impl DiskCache {
     /// Writes a finished segment atomically (temporary file, then rename) and applies the size
-    /// limit.
-    pub fn put(&self, key: &SegmentKey, bytes: &[u8]) -> Result<()> {
+    /// limit; whether it was written: a segment larger than the whole limit is not (it would
+    /// evict every other segment and still not fit), and is counted as declined.
+    pub fn put(&self, key: &SegmentKey, bytes: &[u8]) -> Result<bool> {
+        self.put_sparing(key, bytes, &|_| false)
+    }
+
+    /// Writes a segment of one dataset's cache, whose other segments `own` tells apart, and
+    /// applies the size limit to the rest: `false` (nothing written, counted as declined) when
+    /// those segments and this one would exceed the limit. A cache smaller than its dataset
+    /// then keeps what it holds, instead of evicting the block read soonest (the least
+    /// recently used, in a sequential epoch) for every block it reads; the declined blocks are
+    /// computed when read, as without a cache. Other segments are evicted, least recently used
+    /// first.
+    pub(crate) fn put_sparing(
+        &self,
+        key: &SegmentKey,
+        bytes: &[u8],
+        own: &dyn Fn(&Fingerprint) -> bool,
+    ) -> Result<bool> {
         let digest = key.digest();
+        if let Some(limit) = self.limit_bytes {
+            let kept: u64 = (self.lock_index().segments.iter())
+                .filter(|(segment, _)| **segment != digest && own(segment))
+                .map(|(_, bytes)| bytes)
+                .sum();
+            if kept + bytes.len() as u64 > limit {
+                Counters::add(&self.counters.declined_writes, 1);
+                return Ok(false);
+            }
+        }
         let path = self.segment_path(key);
         // Segments are checksummed and rebuilt when missing: atomic, not synced (an fsync per
         // segment would slow the first epoch for nothing a reader cannot detect).
@@ -19,8 +46,8 @@ impl DiskCache {
             .map_err(|error| Error::io(error.action, error.path, error.source))?;
         Counters::add(&self.counters.bytes_written, bytes.len() as u64);
         self.lock_index().insert(digest, bytes.len() as u64);
-        self.evict(Some(digest));
-        Ok(())
+        self.evict(Some(digest), own);
+        Ok(true)
     }
 
     /// Removes a segment; whether there was one. A segment that could not be deleted stays
@@ -44,41 +71,37 @@ impl DiskCache {
         }
     }
 
-    /// Removes least recently used segments while over the limit, sparing `keep`.
-    pub(super) fn evict(&self, keep: Option<Fingerprint>) {
+    /// Removes least recently used segments while over the limit, sparing `keep` and the
+    /// segments `spare` names. Segments that do not delete stay counted (still on disk).
+    pub(super) fn evict(&self, keep: Option<Fingerprint>, spare: &dyn Fn(&Fingerprint) -> bool) {
         let Some(limit) = self.limit_bytes else {
             return;
         };
         let mut index = self.lock_index();
-        // Segments that would not delete: still on disk, so still counted; set aside so the
-        // loop does not pick them again, and put back after it.
-        let mut undeletable = Vec::new();
-        while index.bytes > limit {
-            let Some((digest, bytes)) = index.segments.pop_lru() else {
+        if index.bytes <= limit {
+            return;
+        }
+        // Least recently used first.
+        let candidates: Vec<Fingerprint> = (index.segments.iter().rev())
+            .map(|(digest, _)| *digest)
+            .filter(|digest| Some(*digest) != keep && !spare(digest))
+            .collect();
+        for digest in candidates {
+            if index.bytes <= limit {
                 break;
-            };
-            if Some(digest) == keep {
-                index.segments.put(digest, bytes);
-                if index.segments.len() == 1 {
-                    break;
-                }
-                continue;
             }
             // A reader holding the file mapped keeps its data. NotFound means another process
             // evicted or removed it first: gone from the disk, but not this cache's eviction.
             match std::fs::remove_file(self.dir.join(file_name(digest))) {
                 Ok(()) => {
-                    index.bytes -= bytes;
+                    index.remove(&digest);
                     Counters::add(&self.counters.evictions, 1);
                 }
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                    index.bytes -= bytes;
+                    index.remove(&digest);
                 }
-                Err(_) => undeletable.push((digest, bytes)),
+                Err(_) => {}
             }
-        }
-        for (digest, bytes) in undeletable {
-            index.segments.put(digest, bytes);
         }
     }
 }

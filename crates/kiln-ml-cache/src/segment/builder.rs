@@ -32,21 +32,23 @@ impl SegmentBuilder {
     /// # Panics
     ///
     /// When `encode` leaves the buffer shorter than it found it (it replaced or truncated it
-    /// instead of appending).
+    /// instead of appending), whether it succeeded or failed.
     pub fn push<E>(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> Result<(), E> {
         let aligned = align_up(self.buffer.len());
         self.buffer.resize(aligned, 0);
         let result = encode(&mut self.buffer);
-        if result.is_err() {
-            self.buffer.truncate(aligned);
-            return result;
-        }
+        // Checked on failure too: a failed encoder that cut earlier records would leave the
+        // next one written over them.
         assert!(
             self.buffer.len() >= aligned,
             "the encoder shortened the segment buffer to {} bytes of {aligned}: it must append \
              its record, not replace the buffer",
             self.buffer.len()
         );
+        if result.is_err() {
+            self.buffer.truncate(aligned);
+            return result;
+        }
         let record = &self.buffer[aligned..];
         let offset = (aligned - payload_start(self.records)) as u64;
         self.index
@@ -123,6 +125,22 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(builder.finish().unwrap(), build(&[b"abc", b"", &[7; 9]]));
+    }
+
+    #[test]
+    #[should_panic(expected = "the encoder shortened the segment buffer")]
+    fn a_failed_encoder_that_cut_the_buffer_panics() {
+        let mut builder = SegmentBuilder::new(key(0), 2);
+        builder
+            .push(|out| {
+                out.extend_from_slice(b"first");
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+        let _ = builder.push(|out| {
+            out.clear();
+            Err::<(), _>("refused")
+        });
     }
 
     #[test]
