@@ -56,7 +56,7 @@ pub struct Profiler {
 impl Profiler {
     /// Starts the monitor (NVML where a driver answers, the memory probe if any, the host's CPU
     /// and RAM), a phase timer in cheap mode (every phase of one step in 200 synced, and the end
-    /// of the step before it) and a throughput meter over the last 100 steps.
+    /// of the step before it) and a throughput meter over the last 99 steps (a window of 100 updates).
     pub fn start(probe: Option<Arc<dyn MemoryProbe>>) -> anyhow::Result<Self> {
         let clock = Clock::start();
         let mut monitor = DeviceMonitor::builder(clock).interval(Duration::from_millis(100));

@@ -41,7 +41,8 @@ pub struct ChildCommand {
     pub program: PathBuf,
     /// Its arguments: by default this process's own.
     pub args: Vec<String>,
-    /// A trial running longer than this is killed and reported as a failure. Only `program`'s
+    /// A trial running longer than this is killed and reported as a failure (`Duration::MAX`:
+    /// never). Only `program`'s
     /// own process is killed: run the trial program itself, not through a wrapper (a shell,
     /// `cargo run`), whose children would outlive the timeout.
     pub timeout: Duration,
@@ -136,11 +137,12 @@ pub(crate) fn run_in_child(
     // Drained on their own threads so a chatty child never blocks on a full pipe.
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
-    let deadline = Instant::now() + command.timeout;
+    // A timeout past what an instant can hold (`Duration::MAX`) is no deadline.
+    let deadline = Instant::now().checked_add(command.timeout);
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
+            Ok(None) if deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 // The pipes close with the child, so the drains end, unless a process it
@@ -289,6 +291,13 @@ mod tests {
                 peak_bytes: Some(42)
             }
         );
+        // No deadline at all: no overflow of the clock.
+        let mut patient = command;
+        patient.timeout = Duration::MAX;
+        assert!(matches!(
+            run_in_child(&patient, 8, 3, Some(100)).unwrap(),
+            Outcome::Fits { .. }
+        ));
     }
 
     #[test]

@@ -13,7 +13,8 @@ pub struct PhaseReport {
     pub title: String,
     /// How the phases were timed.
     pub mode: TimingMode,
-    /// Wall time from the first event to the last, in seconds.
+    /// Wall time from the start of the run (the call of `fit`, once it reported its first
+    /// step; otherwise the first event) to the last event, in seconds.
     pub wall_seconds: f64,
     /// Optimizer steps completed, not counting the run's first step once the trainer reported
     /// it (`Event::FirstStep`): that one has its own `first_step` row.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kiln_ml_core::{Event, Observer, Phase, Timing};
 
-use crate::{Clock, Throughput, ThroughputReport, ThroughputSample};
+use crate::{Clock, Result, Throughput, ThroughputReport, ThroughputSample};
 
 /// FLOPs of one optimizer step, given the samples it trained on.
 type StepFlops = Box<dyn Fn(u64) -> f64 + Send + Sync>;
@@ -113,16 +113,26 @@ impl ThroughputMeter {
     }
 
     /// Updates the window with the counts so far, at the clock's time less what is left out.
-    fn record(&self, state: &mut MeterState) {
-        let sample = ThroughputSample {
+    /// The counters now, as a window update.
+    fn sample(&self, state: &MeterState) -> ThroughputSample {
+        ThroughputSample {
             elapsed: self.clock.now().saturating_sub(state.excluded),
             optimizer_steps: state.steps,
             micro_batches: state.micro_batches,
             samples: state.samples,
             items: None,
             flops: self.step_flops.as_ref().map(|_| state.flops),
-        };
-        if let Err(error) = state.throughput.update(sample)
+        }
+    }
+
+    fn record(&self, state: &mut MeterState) {
+        let sample = self.sample(state);
+        let outcome = state.throughput.update(sample);
+        Self::keep_first_error(state, outcome);
+    }
+
+    fn keep_first_error(state: &mut MeterState, outcome: Result<()>) {
+        if let Err(error) = outcome
             && state.error.is_none()
         {
             state.error = Some(error.to_string());
@@ -176,8 +186,10 @@ impl Observer for ThroughputMeter {
             // Once: every `fit` call reports its first step, and a later call's window goes on.
             Event::FirstStep { .. } if !state.first_step_seen => {
                 state.first_step_seen = true;
-                state.throughput.reset();
-                self.record(&mut state);
+                // Not a step: it does not use up an update that `skip_warmup` drops.
+                let sample = self.sample(&state);
+                let outcome = state.throughput.restart_at(sample);
+                Self::keep_first_error(&mut state, outcome);
             }
             _ => {}
         }
@@ -277,6 +289,32 @@ mod tests {
             told.window_seconds,
             untold.window_seconds
         );
+    }
+
+    /// The first step's restart is no step: `skip_warmup(n)` still drops n steps' updates.
+    #[test]
+    fn the_first_step_restart_does_not_use_up_a_warmup_update() {
+        for (skipped, first_point) in [(1, 1), (2, 3), (3, 4)] {
+            let meter = ThroughputMeter::new(
+                Clock::start(),
+                Throughput::new()
+                    .report_before_full(true)
+                    .skip_warmup(skipped),
+            );
+            for number in 1..=6 {
+                step(&meter, number);
+                if number == 1 {
+                    meter.on_event(&Event::FirstStep {
+                        step: 1,
+                        elapsed: Duration::from_millis(1),
+                    });
+                }
+            }
+            let report = meter.report().unwrap();
+            // The window runs from the end of `first_point` (step 1's end on the device when
+            // only step 1 is skipped) to step 6.
+            assert_eq!(report.window_steps, 6 - first_point, "skip {skipped}");
+        }
     }
 
     #[test]

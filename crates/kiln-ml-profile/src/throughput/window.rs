@@ -171,6 +171,19 @@ impl Throughput {
         self.window.clear();
         self.last = None;
     }
+
+    /// Empties the window and starts it again at `sample`, which is no step of its own: unlike
+    /// an [`update`](Self::update), it does not use up a warm-up update, and while warm-up
+    /// updates are left it only sets the counters the next updates are checked against.
+    pub(crate) fn restart_at(&mut self, sample: ThroughputSample) -> Result<()> {
+        self.reset();
+        Totals::check(None, &sample)?;
+        self.last = Some(Totals::after(None, &sample));
+        if self.warmup_left == 0 {
+            self.window.push_back(sample);
+        }
+        Ok(())
+    }
 }
 
 impl Default for Throughput {
