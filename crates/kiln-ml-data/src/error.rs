@@ -219,7 +219,8 @@ pub enum Error {
     /// The loader's background threads stopped before delivering every batch.
     #[error("the loader stopped unexpectedly after {delivered} batches: {reason}")]
     LoaderStopped {
-        /// Batches delivered before it stopped.
+        /// Batches of the epoch delivered before it stopped, counted from the epoch's start as
+        /// batch numbers are (a resumed epoch's skipped batches included).
         delivered: u64,
         /// Why, as far as is known.
         reason: String,

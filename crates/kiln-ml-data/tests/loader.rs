@@ -715,6 +715,18 @@ fn the_residency_follows_the_plan() {
         .unwrap();
     let error = loader.residency(&foreign).unwrap_err();
     assert!(matches!(error, Error::PlanMismatch { .. }), "{error}");
+    // Blocks that agree but for a last sample the source lacks: refused too.
+    let short = ids_loader(MemorySource::with_ids(&[&[4, 4]]), LoaderConfig::new());
+    let longer = InOrderSampler::new(2)
+        .plan(&MemorySource::with_ids(&[&[4, 5]]), &PlanRequest::new(0, 0))
+        .unwrap();
+    let error = short.residency(&longer).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("names sample 8, but the source has 8"),
+        "{error}"
+    );
 }
 
 /// Live `Tracked` samples, and the most there ever were at once.

@@ -51,6 +51,47 @@ fn every_row_group_of_every_file_shares_the_sources_schema() {
     assert_eq!(schemas[0].field(0).name(), "id");
 }
 
+/// Files whose schemas differ only in their own metadata (pandas writes each file's row count
+/// into it) still yield batches of the source's one schema.
+#[test]
+fn files_with_other_schema_metadata_share_the_sources_schema() {
+    use kiln_ml_data::arrow_schema::{DataType, Field, Schema};
+    let dir = tempfile::tempdir().unwrap();
+    for (index, rows) in [25i64, 10].into_iter().enumerate() {
+        let metadata = std::collections::HashMap::from([(
+            "pandas".to_owned(),
+            format!("{{\"stop\": {rows}}}"),
+        )]);
+        let schema =
+            Schema::new(vec![Field::new("id", DataType::Int64, false)]).with_metadata(metadata);
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .unwrap();
+        write_batch(
+            &dir.path().join(format!("part-{index}.parquet")),
+            &batch,
+            10,
+        );
+    }
+    let source = ParquetSource::builder().dir(dir.path()).build().unwrap();
+    for block in 0..source.num_blocks() as u32 {
+        let schema = source.read_block(block).unwrap()[0].schema();
+        eprintln!(
+            "DBG {block} {:?} {:?}",
+            schema.metadata(),
+            source.schema().metadata()
+        );
+        assert!(Arc::ptr_eq(&schema, &source.schema()), "block {block}");
+        let whole = source.read_record_batch(block).unwrap();
+        assert!(
+            Arc::ptr_eq(&whole.schema(), &source.schema()),
+            "block {block}"
+        );
+    }
+}
+
 #[test]
 fn files_globs_and_projection() {
     let dir = tempfile::tempdir().unwrap();

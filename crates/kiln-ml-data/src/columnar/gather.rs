@@ -29,7 +29,7 @@ use crate::parquet_source::{Chunk, RowMajor, gather_staged};
 /// plan), `take` when they all come from one chunk, and `interleave` otherwise (a shuffled plan).
 /// An empty slice gives `None`: there is no schema to give an empty batch.
 ///
-/// Fails only where Arrow does: chunks whose columns differ in type, or a variable-width column
+/// Fails only where Arrow does: chunks whose columns differ in number or type, or a variable-width column
 /// whose gathered values pass its offset type's limit (2 GiB for `Utf8` and `Binary`). The
 /// batch takes the first chunk's schema (column names included): a source's chunks share one.
 ///
@@ -76,6 +76,15 @@ pub fn gather_rows(rows: &[ArrowRow]) -> Result<Option<RecordBatch>, ArrowError>
     }
     // The other columns (strings, lists, nulls), column by column.
     let (shared, indices) = chunk_indices(rows);
+    if let Some(other) =
+        (shared.iter()).find(|chunk| chunk.schema().fields().len() != columns.len())
+    {
+        return Err(ArrowError::SchemaError(format!(
+            "rows of chunks with {} and {} columns cannot be gathered into one batch",
+            columns.len(),
+            other.schema().fields().len()
+        )));
+    }
     let columns = columns
         .into_iter()
         .enumerate()
@@ -399,6 +408,21 @@ mod tests {
         // Same width, another type: Arrow's error, as before the row-major staging.
         let mixed = [rows[0].clone(), other[0].clone(), rows[1].clone()];
         assert!(gather_rows(&mixed).is_err());
+    }
+
+    #[test]
+    fn chunks_with_fewer_columns_are_refused_not_a_panic() {
+        let (mut wide, mut narrow) = (Vec::new(), Vec::new());
+        ArrowRows.decode(&chunk(0..3), &mut wide).unwrap();
+        let ids_only = RecordBatch::try_from_iter([(
+            "id",
+            Arc::new(Int64Array::from(vec![7, 8])) as ArrayRef,
+        )])
+        .unwrap();
+        ArrowRows.decode(&ids_only, &mut narrow).unwrap();
+        let mixed = [wide[0].clone(), narrow[0].clone(), wide[2].clone()];
+        let error = gather_rows(&mixed).unwrap_err().to_string();
+        assert!(error.contains("chunks with 2 and 1 columns"), "{error}");
     }
 
     #[test]

@@ -259,7 +259,8 @@ impl<'loader, O> Epoch<'loader, O> {
                 }
                 Err(_) => {
                     return Err(Error::LoaderStopped {
-                        delivered: wanted,
+                        // Numbered as batches are: from the epoch's start, resumed or not.
+                        delivered: self.schedule.first_batch + wanted,
                         reason: "every background thread of the epoch exited".to_owned(),
                     });
                 }
@@ -284,6 +285,12 @@ impl<O> Iterator for Epoch<'_, O> {
             Ok(batch) => batch,
             Err(error) => {
                 self.finished = true;
+                // As a drop does: a read error already stopped the coordinator, a collation
+                // error did not, and it would go on holding its window of blocks and batches
+                // while the caller keeps the failed epoch (to read its position, say).
+                self.cancel.store(true, Ordering::Relaxed);
+                self.credits.take();
+                self.pending.clear();
                 return Some(Err(error));
             }
         };

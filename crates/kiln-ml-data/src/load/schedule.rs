@@ -157,8 +157,8 @@ pub(crate) fn last_occurrences(
 /// the source's). The coordinator reads and
 /// frees blocks by the schedule but finds samples by the source's blocks: a plan made over
 /// another block layout of the same samples (the same data with other row groups) would load
-/// or fail depending on which read finished first. (Samples outside the source are
-/// [`last_occurrences`]'s error, checked first.)
+/// or fail depending on which read finished first. Samples outside the source are refused too
+/// (where [`last_occurrences`] did not already).
 pub(crate) fn check_block_uses(plan: &Plan, blocks: &[Block], finder: &BlockFinder) -> Result<()> {
     let mut in_use: Vec<Option<(u64, u64)>> = vec![None; blocks.len()];
     for used in plan.schedule() {
@@ -176,7 +176,12 @@ pub(crate) fn check_block_uses(plan: &Plan, blocks: &[Block], finder: &BlockFind
     for (position, &sample) in plan.order().iter().enumerate() {
         let position = position as u64;
         let Some(block) = finder.find(sample) else {
-            continue;
+            return Err(Error::PlanMismatch {
+                reason: format!(
+                    "plan position {position} names sample {sample}, but the source has {}",
+                    blocks.last().map_or(0, |block| block.end())
+                ),
+            });
         };
         match in_use[block as usize] {
             Some((first, last)) if first <= position && position <= last => {}

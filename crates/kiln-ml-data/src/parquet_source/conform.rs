@@ -44,12 +44,17 @@ impl Conform {
     ) -> Result<RecordBatch, (Option<String>, String)> {
         if self.identity {
             // The source's one schema handle, not the reader's for this row group: a batch
-            // gathered from many chunks then looks its columns up in one schema, in cache.
-            // (Metadata the file has and the source lacks keeps the reader's.)
-            return Ok(batch
-                .clone()
-                .with_schema(Arc::clone(schema))
-                .unwrap_or(batch));
+            // gathered from many chunks then looks its columns up in one schema, in cache. The
+            // fields are equal; the schema's own metadata may differ between files (pandas
+            // writes the row count into it), so the columns are rebuilt into a batch of the
+            // source schema (`with_schema` refuses metadata the source lacks).
+            let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+            return RecordBatch::try_new_with_options(
+                Arc::clone(schema),
+                batch.columns().to_vec(),
+                &options,
+            )
+            .map_err(|error| (None, error.to_string()));
         }
         let rows = batch.num_rows();
         let columns = self

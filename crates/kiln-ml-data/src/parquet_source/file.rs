@@ -181,7 +181,8 @@ impl ParquetFile {
 
     /// The file's identity: path, size, modification time (to the nanosecond) and a hash of
     /// its footer, so a rewrite that keeps the size and the modification time (`cp -p`) still
-    /// changes it.
+    /// changes it when its footer differs (statistics, compressed sizes), which is all but a
+    /// rewrite of uncompressed values that leaves every statistic alone.
     pub(crate) fn identity(&self) -> Fingerprint {
         #[cfg(feature = "remote")]
         if let Some(remote) = &self.remote {
