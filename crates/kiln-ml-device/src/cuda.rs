@@ -3,6 +3,7 @@
 
 /// Whether CUDA can be used, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CudaStatus {
     /// The driver loaded and reported devices.
     Available {

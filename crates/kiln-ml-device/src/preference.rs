@@ -4,6 +4,7 @@ use std::str::FromStr;
 
 /// Which device the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum DevicePreference {
     /// CUDA device 0 when a driver and a device are found, else a hardware Vulkan adapter,
     /// else the CPU (the rule of [`auto_pick`](crate::auto_pick)).

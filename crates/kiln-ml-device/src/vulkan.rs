@@ -28,6 +28,7 @@ impl VulkanAdapter {
 /// The kind of a Vulkan adapter, best first (the order [`vulkan_adapters`] sorts by). In JSON
 /// by Vulkan's names: `discrete_gpu`, `integrated_gpu`, `virtual_gpu`, `cpu`, `other`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum AdapterKind {
     /// A discrete GPU.
     #[serde(rename = "discrete_gpu")]
@@ -70,6 +71,7 @@ impl AdapterKind {
 
 /// Whether a Vulkan adapter can be used through wgpu, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VulkanStatus {
     /// The best adapter found (hardware before software).
     Available {

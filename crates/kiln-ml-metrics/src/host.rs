@@ -14,6 +14,7 @@ use crate::{Error, Result};
 
 /// How the host path spreads a batch over threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Parallelism {
     /// One thread: the caller's.
     Sequential,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// Which hypothesis minADE is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ModeSelection {
     /// The mode with the smallest FDE (first in ranking order on ties) gives minFDE **and**
     /// minADE, and decides the miss (Argoverse 1 evaluator, Argoverse 2 leaderboard convention,
@@ -19,6 +20,7 @@ pub enum ModeSelection {
 
 /// How the K kept hypotheses are chosen among the ones submitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Pruning {
     /// The first K in submission order; probabilities are not used for ranking (Waymo).
     FirstK,
@@ -32,6 +34,7 @@ pub enum Pruning {
 
 /// Order of modes with equal probability in [`Pruning::ByProbability`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum TieOrder {
     /// Lower index first: a stable sort (Argoverse 1).
     LowerIndexFirst,
@@ -46,6 +49,7 @@ pub enum TieOrder {
 /// When a hypothesis (and then an agent) counts as a miss: the selected mode's under
 /// [`ModeSelection::MinFde`] (except the max distance's), every kept mode's otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum MissRule {
     /// FDE > threshold; exactly the threshold is a hit (Argoverse 1 and 2, QCNet `'FDE'`).
     FinalDistance {
@@ -127,6 +131,7 @@ pub(crate) fn waymo_float(value: f32) -> f64 {
 
 /// Which step FDE (and the final-step miss tests) is measured at when a validity mask is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum FinalStep {
     /// The last valid step within the horizon (QCNet); an agent with no valid step is skipped.
     LastValid,
@@ -153,6 +158,7 @@ pub struct ProbabilityPolicy {
 
 /// What renormalizing does with a prediction whose kept modes' probabilities are all 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ZeroMass {
     /// A row that sums to 0 is refused ([`Error::ProbabilitiesSumToZero`](crate::Error)); kept
     /// modes with no mass while others have some get probability 0 (the limit), not 0/0.
@@ -165,6 +171,7 @@ pub enum ZeroMass {
 
 /// What probability values a policy accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ProbabilityCheck {
     /// Any finite value >= 0; scores need not sum to one (Argoverse 1).
     NonNegative,

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 /// The number format the matmuls run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MatmulFormat {
     /// FP64 on the FP64 units (not the FP64 tensor-core rate of A100 and H100).
     F64,
@@ -55,6 +56,7 @@ impl MatmulFormat {
 /// Where a peak figure comes from; reports print it next to the MFU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
 pub enum PeakSource {
     /// A vendor figure from [`table`] for this GPU.
     Table {

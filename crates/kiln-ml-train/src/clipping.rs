@@ -18,6 +18,7 @@ pub(crate) const CLIP_NORM_EPS: f64 = 1e-6;
 /// How gradients are clipped, after unscaling and before the optimizer step.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum GradientClipping {
     /// Scale every gradient by `min(1, max_norm / (global_norm + 1e-6))`, where the global norm
     /// is the L2 norm of all gradients concatenated (PyTorch's `clip_grad_norm_`, Lightning's

@@ -11,6 +11,7 @@ use crate::{
 /// What the accumulated gradient of one optimizer step is divided by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum LossNormalization {
     /// Losses are means over their micro-batch; the step's gradient is the mean over the
     /// micro-batches actually in the window (a final partial window of `k < K` divides by `k`,

@@ -20,6 +20,7 @@ use crate::multi_grads::sum_multi_device;
 /// How [`FusedAdam`] decays the weights.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AdamWeightDecay {
     /// An L2 penalty added to the gradient, `g + penalty · w` (Burn's `AdamConfig` with
     /// `WeightDecayConfig`, PyTorch's `Adam(weight_decay=)`).

@@ -13,6 +13,7 @@ use crate::{Error, Result};
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Precision {
     /// Everything in f32 (the default).
     #[default]

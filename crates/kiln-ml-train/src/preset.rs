@@ -27,6 +27,7 @@ use crate::{Precision, TrainerConfig};
 /// A named starting configuration; see the module table for what each one sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Preset {
     /// Throughput first: mixed precision, no optional syncs.
     MaxSpeed,

@@ -14,6 +14,7 @@ use burn::tensor::backend::Backend;
 /// f16-mixed training lost accuracy and determinism. Creating the tensors on the consuming
 /// thread avoids it; the samples are still read, decoded and gathered on the workers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TensorCreation {
     /// On the consuming thread with a fusion backend, on the workers otherwise (flex,
     /// ndarray, unfused CubeCL backends). The default.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// What limits the training step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Verdict {
     /// The data pipeline: the device waits for batches. More loader workers, a cache of
     /// preprocessed samples, or cheaper transforms help; a faster device does not.

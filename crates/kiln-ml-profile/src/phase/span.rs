@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// What a span measured: one of the trainer's phases, the rest of a step, or a whole step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Action {
     /// Waiting for the next batch.
     DataWait,

@@ -7,6 +7,7 @@ use kiln_ml_core::{Error, Result};
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Grouping {
     /// Samples are alike when they come from the same file (the default: what a reader opens).
     #[default]
