@@ -62,7 +62,8 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for BincodeCodec {
     /// nested types included, traced once per type and process): a type whose fields change
     /// under the same name misses instead of decoding bytes of its old layout. A type serde
     /// cannot trace (a custom `Deserialize` that refuses made-up values, `untagged` or
-    /// `flatten` attributes) counts by its name alone, with a warning in the log.
+    /// `flatten` attributes, an enum inside a later variant of another enum) counts by its name
+    /// alone, with a warning in the log.
     fn fingerprint(&self) -> Fingerprint {
         // "kiln-data" (both codecs) predates kiln-cache (now kiln-ml-cache).
         let builder = Fingerprint::builder()

@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use kiln_ml_core::Fingerprint;
 use serde::de::DeserializeOwned;
-use serde_reflection::{Samples, Tracer, TracerConfig};
+use serde_reflection::{ContainerFormat, Registry, Samples, Tracer, TracerConfig};
 
 /// The fingerprint of `T`'s layout: its format and every named container it reaches (field
 /// names and types, variants), or `None` when serde cannot trace it (a `Deserialize` that
@@ -49,13 +49,15 @@ const MAX_PASSES: usize = 4096;
 /// inside `T` (a field, an `Option`, a `Vec`'s items) only one variant per pass, and flags it
 /// as incomplete by a name it reveals only when asked for the registry. So: pass over `T` until
 /// no enum whose name is known is incomplete; when the registry names others, trace again
-/// knowing those too.
+/// knowing those too. An enum it cannot finish (one inside a later variant of another enum,
+/// which the tracer no longer visits once the outer one is complete) makes the trace fail.
 fn trace<T: DeserializeOwned>() -> Result<Fingerprint, String> {
     let samples = Samples::new();
     let mut enums: BTreeSet<String> = BTreeSet::new();
     loop {
         let mut tracer = Tracer::new(TracerConfig::default());
         let mut format = None;
+        let mut exhausted = true;
         for _ in 0..MAX_PASSES {
             format = Some(
                 tracer
@@ -68,11 +70,24 @@ fn trace<T: DeserializeOwned>() -> Result<Fingerprint, String> {
                 .filter(|name| tracer.check_incomplete_enum(name).is_some())
                 .count();
             if incomplete == 0 {
+                exhausted = false;
                 break;
             }
         }
         match tracer.registry() {
             Ok(registry) => {
+                // serde-reflection stops visiting an enum once the one above it is complete
+                // (a later variant of another enum): its variants stay at provisional indices
+                // (near u32::MAX) rather than 0..n. Half a layout would vouch for what it
+                // never saw.
+                if let Some(name) = partly_traced_enum(&registry) {
+                    return Err(format!(
+                        "the enum {name} inside it could not be traced to its last variant"
+                    ));
+                }
+                if exhausted {
+                    return Err(format!("tracing took more than {MAX_PASSES} passes"));
+                }
                 // The Debug forms are complete (names, formats, variants in order) and
                 // deterministic (the registry is a BTreeMap).
                 let format = format.expect("MAX_PASSES is at least one");
@@ -85,14 +100,26 @@ fn trace<T: DeserializeOwned>() -> Result<Fingerprint, String> {
                 let before = enums.len();
                 enums.extend(missing.iter().cloned());
                 if enums.len() == before {
-                    return Err(format!(
-                        "enums {missing:?} still had variants to trace after {MAX_PASSES} passes"
-                    ));
+                    // Known enums are cleared after each pass: only the passes running out
+                    // leaves one flagged.
+                    return Err(format!("tracing took more than {MAX_PASSES} passes"));
                 }
             }
             Err(error) => return Err(error.to_string()),
         }
     }
+}
+
+/// An enum of `registry` whose variants are not all traced: its indices are not `0..n`.
+fn partly_traced_enum(registry: &Registry) -> Option<&str> {
+    registry
+        .iter()
+        .find_map(|(name, container)| match container {
+            ContainerFormat::Enum(variants) => {
+                (!variants.keys().copied().eq(0..variants.len() as u32)).then_some(name.as_str())
+            }
+            _ => None,
+        })
 }
 
 #[cfg(test)]
@@ -136,73 +163,96 @@ mod tests {
         }
     }
 
-    mod with_enum_before {
+    mod enums_before {
         #[derive(serde::Deserialize)]
         pub enum Kind {
             Car,
             Pedestrian { height: f32 },
-            Cyclist(Option<Speed>),
-        }
-
-        #[derive(serde::Deserialize)]
-        pub enum Speed {
-            Slow,
-            Fast(u8),
+            Cyclist(u8),
         }
 
         #[derive(serde::Deserialize)]
         pub struct Sample {
             pub kind: Kind,
+            pub maybe: Option<Kind>,
             pub history: Vec<Kind>,
             pub a: u32,
         }
     }
 
-    mod with_enum_after {
-        pub use super::with_enum_before::Kind;
+    mod field_retyped {
+        pub use super::enums_before::Kind;
 
-        /// `with_enum_before::Sample` with `a` retyped.
+        /// `enums_before::Sample` with `a` retyped.
         #[derive(serde::Deserialize)]
         pub struct Sample {
             pub kind: Kind,
+            pub maybe: Option<Kind>,
             pub history: Vec<Kind>,
             pub a: f32,
         }
     }
 
-    mod variant_after {
-        /// `with_enum_before::Kind` with a variant's field retyped, two enums deep.
+    mod variant_retyped {
+        /// `enums_before::Kind` with its last variant's field retyped.
         #[derive(serde::Deserialize)]
         pub enum Kind {
             Car,
             Pedestrian { height: f32 },
-            Cyclist(Option<Speed>),
-        }
-
-        #[derive(serde::Deserialize)]
-        pub enum Speed {
-            Slow,
-            Fast(u16),
+            Cyclist(u16),
         }
 
         #[derive(serde::Deserialize)]
         pub struct Sample {
             pub kind: Kind,
+            pub maybe: Option<Kind>,
             pub history: Vec<Kind>,
             pub a: u32,
         }
     }
 
-    /// Enums inside a sample type are traced to their last variant, so the layout still tells
-    /// a changed field apart (it was the type's name alone).
+    mod nested_in_a_later_variant {
+        #[derive(serde::Deserialize)]
+        pub enum Outer {
+            First,
+            Second(Inner),
+        }
+
+        #[derive(serde::Deserialize)]
+        pub enum Inner {
+            A,
+            B,
+            C(u8),
+        }
+    }
+
+    /// Enums inside a sample type (fields, options, sequences) are traced to their last
+    /// variant, so the layout still tells a changed field or variant apart (it was the type's
+    /// name alone).
     #[test]
     fn layouts_with_enums_inside_are_traced() {
-        let before = of::<with_enum_before::Sample>().expect("traced");
-        assert_ne!(of::<with_enum_after::Sample>().expect("traced"), before);
-        assert_ne!(of::<variant_after::Sample>().expect("traced"), before);
-        let top = of::<with_enum_before::Kind>().expect("a top-level enum is traced");
-        assert_ne!(of::<variant_after::Kind>().expect("traced"), top);
-        assert!(of::<Option<with_enum_before::Speed>>().is_some());
+        let before = of::<enums_before::Sample>().expect("traced");
+        assert_ne!(of::<field_retyped::Sample>().expect("traced"), before);
+        assert_ne!(of::<variant_retyped::Sample>().expect("traced"), before);
+        let top = of::<enums_before::Kind>().expect("a top-level enum is traced");
+        assert_ne!(of::<variant_retyped::Kind>().expect("traced"), top);
+        assert_ne!(
+            of::<Option<enums_before::Kind>>().expect("traced"),
+            of::<Option<variant_retyped::Kind>>().expect("traced")
+        );
+        assert_ne!(
+            of::<Vec<enums_before::Kind>>().expect("traced"),
+            of::<Vec<variant_retyped::Kind>>().expect("traced")
+        );
+    }
+
+    /// An enum the tracer stops visiting before its last variant is not half fingerprinted:
+    /// the type is untraced (its name alone, and a warning).
+    #[test]
+    fn an_enum_that_cannot_be_traced_to_its_end_leaves_the_type_untraced() {
+        assert_eq!(of::<nested_in_a_later_variant::Outer>(), None);
+        let why = trace::<nested_in_a_later_variant::Outer>().unwrap_err();
+        assert!(why.contains("the enum Inner"), "{why}");
     }
 
     #[test]
