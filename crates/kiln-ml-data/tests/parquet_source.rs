@@ -78,11 +78,6 @@ fn files_with_other_schema_metadata_share_the_sources_schema() {
     let source = ParquetSource::builder().dir(dir.path()).build().unwrap();
     for block in 0..source.num_blocks() as u32 {
         let schema = source.read_block(block).unwrap()[0].schema();
-        eprintln!(
-            "DBG {block} {:?} {:?}",
-            schema.metadata(),
-            source.schema().metadata()
-        );
         assert!(Arc::ptr_eq(&schema, &source.schema()), "block {block}");
         let whole = source.read_record_batch(block).unwrap();
         assert!(
