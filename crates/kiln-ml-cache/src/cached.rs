@@ -1,6 +1,7 @@
 //! `Cached`: a block source wrapper that serves transformed samples from the cache.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use kiln_ml_core::{
@@ -66,6 +67,10 @@ pub struct Cached<S, T, C = BincodeCodec> {
     /// The digests of every block's segment key, which a write under a size limit spares:
     /// computed at the first such write.
     own_segments: OnceLock<HashSet<Fingerprint>>,
+    /// The disk's removal count when a write was last declined (`u64::MAX`: none was): until
+    /// a segment is removed, this source's segments still fill the limit, and misses skip the
+    /// write (and, without a RAM tier, the encoding) rather than be declined again.
+    declined_at: AtomicU64,
 }
 
 /// The fingerprints every segment key of one [`Cached`] shares. Each part is fixed for the
@@ -89,6 +94,7 @@ impl<S, T> Cached<S, T, BincodeCodec> {
             ram: None,
             identity: OnceLock::new(),
             own_segments: OnceLock::new(),
+            declined_at: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -105,6 +111,7 @@ impl<S, T, C> Cached<S, T, C> {
             // The codec changed: its fingerprint is not the old one's, nor are the keys.
             identity: OnceLock::new(),
             own_segments: OnceLock::new(),
+            declined_at: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -157,8 +164,22 @@ where
                 .map(|block| self.key(block).digest())
                 .collect()
         });
-        self.disk
-            .put_sparing(key, bytes, &|digest| own.contains(digest))
+        // Read before the write: a removal from now on makes the next miss try again.
+        let removals = self.disk.removals();
+        let written = self
+            .disk
+            .put_sparing(key, bytes, &|digest| own.contains(digest))?;
+        if !written {
+            self.declined_at.store(removals, Ordering::Relaxed);
+        }
+        Ok(written)
+    }
+
+    /// Whether this source's segments filled the size limit at its last declined write, and
+    /// no segment was removed since: a write would be declined again.
+    fn is_full(&self) -> bool {
+        let declined_at = self.declined_at.load(Ordering::Relaxed);
+        declined_at != u64::MAX && declined_at == self.disk.removals()
     }
 
     /// The cache key of a block's segment.
@@ -403,8 +424,15 @@ where
             return Ok(samples);
         }
         let samples = self.compute_block(block)?;
+        let full = self.is_full();
+        if full && self.ram.is_none() {
+            self.disk.count_declined();
+            return Ok(samples);
+        }
         let bytes = self.encode_block(block, &samples)?;
-        if let Err(error) = self.put_segment(&key, &bytes) {
+        if full {
+            self.disk.count_declined();
+        } else if let Err(error) = self.put_segment(&key, &bytes) {
             // The samples are good; only keeping them failed (a full disk, a directory that
             // went away). Training goes on uncached rather than stopping; `warm` does fail.
             self.disk.record_failed_write(&error);

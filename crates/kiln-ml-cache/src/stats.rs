@@ -30,8 +30,8 @@ pub struct CacheStats {
     pub failed_writes: u64,
     /// Segments removed to stay under the size limit.
     pub evictions: u64,
-    /// Segments not written because the same cached source's segments already filled the size
-    /// limit: their blocks are computed again when read.
+    /// Segments not written under the size limit: the same cached source's segments already
+    /// filled it, or the segment alone is larger. Their blocks are computed again when read.
     pub declined_writes: u64,
     /// Bytes held by the RAM cache now.
     pub ram_bytes: u64,

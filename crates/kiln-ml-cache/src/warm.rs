@@ -151,6 +151,7 @@ where
         // Room counted this call's segments; other segments of this source that a concurrent
         // reader wrote can still decline it.
         if !self.put_segment(&self.key(block), &bytes)? {
+            room.full.store(true, Ordering::Relaxed);
             return Ok(None);
         }
         Ok(Some(bytes.len() as u64))

@@ -307,6 +307,11 @@ fn reads_under_a_limit_keep_what_the_cache_holds() {
     assert_eq!((stats.disk_hits, stats.misses), (4, 5), "{stats:?}");
     assert_eq!(stats.declined_writes, 3, "{stats:?}");
     assert_eq!(stats.disk_bytes, sizes[0] + sizes[1], "{stats:?}");
+    // Room made (block 0's segment removed): the next miss of block 2 is written.
+    assert!(cached.disk().remove(&cached.key(0)).unwrap());
+    cached.read_block(2).unwrap();
+    assert!(cached.disk().contains(&cached.key(2)));
+    assert_eq!(cached.stats().declined_writes, 3);
 
     // A segment above the whole limit, of another source: declined, evicting nothing.
     let tiny = Cached::new(

@@ -9,6 +9,9 @@ pub(super) struct DiskIndex {
     pub(super) segments: LruCache<Fingerprint, u64>,
     /// The sum of the sizes.
     pub(super) bytes: u64,
+    /// Segments forgotten so far (evicted, removed, found corrupt or gone): room may have
+    /// appeared since a write was declined when this count differs.
+    pub(super) removals: u64,
 }
 
 impl DiskIndex {
@@ -18,6 +21,7 @@ impl DiskIndex {
         let mut index = Self {
             segments: LruCache::unbounded(),
             bytes: 0,
+            removals: 0,
         };
         for (_, digest, bytes) in found {
             index.insert(digest, bytes);
@@ -37,6 +41,7 @@ impl DiskIndex {
     pub(super) fn remove(&mut self, digest: &Fingerprint) {
         if let Some(old) = self.segments.pop(digest) {
             self.bytes -= old;
+            self.removals += 1;
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use kiln_ml_core::{Durability, Fingerprint, write_atomic};
 
+use super::index::DiskIndex;
 use super::store::DiskCache;
 use crate::segment::{SegmentKey, file_name};
 use crate::stats::Counters;
@@ -22,6 +23,10 @@ impl DiskCache {
     /// recently used, in a sequential epoch) for every block it reads; the declined blocks are
     /// computed when read, as without a cache. Other segments are evicted, least recently used
     /// first.
+    ///
+    /// Threads that check at once could each find room for their segment alone: after the
+    /// write, the check is made again where the index is updated, and a segment that went past
+    /// the limit is removed again (declined).
     pub(crate) fn put_sparing(
         &self,
         key: &SegmentKey,
@@ -29,12 +34,14 @@ impl DiskCache {
         own: &dyn Fn(&Fingerprint) -> bool,
     ) -> Result<bool> {
         let digest = key.digest();
+        let len = bytes.len() as u64;
         if let Some(limit) = self.limit_bytes {
-            let kept: u64 = (self.lock_index().segments.iter())
-                .filter(|(segment, _)| **segment != digest && own(segment))
-                .map(|(_, bytes)| bytes)
-                .sum();
-            if kept + bytes.len() as u64 > limit {
+            let index = self.lock_index();
+            let replaced = index.segments.peek(&digest).copied().unwrap_or(0);
+            // Room without evicting: whose the other segments are does not matter.
+            let fits = index.bytes - replaced + len <= limit;
+            if !fits && own_bytes(&index, own, digest) + len > limit {
+                drop(index);
                 Counters::add(&self.counters.declined_writes, 1);
                 return Ok(false);
             }
@@ -44,10 +51,33 @@ impl DiskCache {
         // segment would slow the first epoch for nothing a reader cannot detect).
         write_atomic(&path, bytes, Durability::Renamed)
             .map_err(|error| Error::io(error.action, error.path, error.source))?;
-        Counters::add(&self.counters.bytes_written, bytes.len() as u64);
-        self.lock_index().insert(digest, bytes.len() as u64);
+        let mut index = self.lock_index();
+        index.insert(digest, len);
+        if let Some(limit) = self.limit_bytes
+            && own_bytes(&index, own, digest) + len > limit
+        {
+            index.remove(&digest);
+            drop(index);
+            // Not found: a thread that wrote the same block backed out first. Any other
+            // failure leaves a file this process does not count; the next open lists it.
+            let _ = std::fs::remove_file(&path);
+            Counters::add(&self.counters.declined_writes, 1);
+            return Ok(false);
+        }
+        drop(index);
+        Counters::add(&self.counters.bytes_written, len);
         self.evict(Some(digest), own);
         Ok(true)
+    }
+
+    /// Segments forgotten so far (see `DiskIndex::removals`).
+    pub(crate) fn removals(&self) -> u64 {
+        self.lock_index().removals
+    }
+
+    /// Counts a segment not written because its source's segments fill the size limit.
+    pub(crate) fn count_declined(&self) {
+        Counters::add(&self.counters.declined_writes, 1);
     }
 
     /// Removes a segment; whether there was one. A segment that could not be deleted stays
@@ -106,10 +136,54 @@ impl DiskCache {
     }
 }
 
+/// The bytes of the segments `own` names, other than `except`.
+fn own_bytes(index: &DiskIndex, own: &dyn Fn(&Fingerprint) -> bool, except: Fingerprint) -> u64 {
+    (index.segments.iter())
+        .filter(|(segment, _)| **segment != except && own(segment))
+        .map(|(_, bytes)| bytes)
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_support::{key, one_record as segment};
+
+    /// Threads writing at once, each finding room for its own segment alone, do not take the
+    /// source's segments past the limit together.
+    #[test]
+    fn writes_at_once_stay_within_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = segment(key(0), &[7; 100]).len() as u64;
+        let cache = DiskCache::open(dir.path())
+            .unwrap()
+            .with_limit_bytes(3 * one);
+        let written: u64 = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8)
+                .map(|block| {
+                    let cache = &cache;
+                    scope.spawn(move || {
+                        let bytes = segment(key(block), &[7; 100]);
+                        cache.put_sparing(&key(block), &bytes, &|_| true).unwrap() as u64
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().unwrap())
+                .sum()
+        });
+        let stats = cache.stats();
+        assert_eq!(written, 3, "{stats:?}");
+        assert_eq!(stats.disk_bytes, 3 * one, "{stats:?}");
+        assert_eq!(stats.declined_writes, 5, "{stats:?}");
+        assert_eq!(stats.evictions, 0, "{stats:?}");
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(
+            files, 3,
+            "what was declined after its write is gone from the disk"
+        );
+    }
 
     #[test]
     fn put_then_get_round_trips_and_counts() {
