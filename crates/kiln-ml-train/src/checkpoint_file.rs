@@ -245,7 +245,7 @@ fn free_name(path: &Path, suffix: &str) -> PathBuf {
 /// After the checkpoint of step `written` was written into `directory`: deletes all but the
 /// newest `keep` checkpoints up to that step, sets aside those of later steps, and deletes the
 /// temporary files of checkpoint writes a killed run left behind (each as large as a
-/// checkpoint; this run's own writes are done by now, and rank 0 alone writes here).
+/// checkpoint; see [`remove_stale_temporaries`]).
 ///
 /// A checkpoint of a later step belongs to a trajectory this run abandoned (it resumed from an
 /// earlier checkpoint, say to roll back a divergence). Counted as newest, it would make the
@@ -257,7 +257,7 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
         .into_iter()
         .partition(|(step, _)| *step <= written);
     let set_aside = set_aside(later, written)?;
-    remove_stale_temporaries(directory)?;
+    remove_stale_temporaries(directory);
     let excess = ours.len().saturating_sub(keep);
     for (_, path) in &ours[..excess] {
         std::fs::remove_file(path).map_err(|source| Error::CheckpointIo {
@@ -269,19 +269,31 @@ pub(crate) fn prune(directory: &Path, keep: usize, written: u64) -> Result<Vec<P
     Ok(set_aside)
 }
 
-/// Deletes the temporary files of interrupted checkpoint writes in `directory`.
-fn remove_stale_temporaries(directory: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(directory).map_err(|source| Error::CheckpointIo {
-        path: directory.to_path_buf(),
-        action: "list",
-        source,
-    })?;
+/// How long a checkpoint write's temporary file must have been left unmodified before it is
+/// taken for an interrupted write's: another process still writing into the directory (a job
+/// requeued while the old one ends) keeps its file's modification time current.
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Deletes the temporary files of interrupted checkpoint writes in `directory` (unmodified for
+/// [`STALE_TEMPORARY`]). A failure is a warning: the checkpoint itself is written by then.
+fn remove_stale_temporaries(directory: &Path) {
+    let Ok(entries) = std::fs::read_dir(directory) else {
+        return;
+    };
     for entry in entries.filter_map(|entry| entry.ok()) {
         if !entry
             .file_name()
             .to_str()
             .is_some_and(is_checkpoint_temporary)
         {
+            continue;
+        }
+        let idle = entry
+            .metadata()
+            .and_then(|metadata| metadata.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok());
+        if idle.is_none_or(|idle| idle < STALE_TEMPORARY) {
             continue;
         }
         let path = entry.path();
@@ -292,16 +304,12 @@ fn remove_stale_temporaries(directory: &Path) -> Result<()> {
             ),
             // Another cleaner was first.
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(Error::CheckpointIo {
-                    path,
-                    action: "remove an interrupted checkpoint write's temporary file",
-                    source,
-                });
-            }
+            Err(error) => log::warn!(
+                "could not remove {}, left by a checkpoint write that did not finish: {error}",
+                path.display()
+            ),
         }
     }
-    Ok(())
 }
 
 /// Sets aside the checkpoints in `directory` of steps after `loaded`, the step a run resumed
@@ -455,12 +463,21 @@ mod tests {
             format!(".{}.tmp", file_name(5)),
             format!("{}.a1B2c3.tmp", file_name(5)),
         ];
-        for name in kept.iter().chain([&interrupted]) {
-            std::fs::write(dir.path().join(name), b"partial").unwrap();
+        // A write still going on (recently modified) is left alone.
+        let live = format!(".{}.z9Y8x7.tmp", file_name(10));
+        let long_ago = std::time::SystemTime::now() - 2 * STALE_TEMPORARY;
+        for name in kept.iter().chain([&interrupted, &live]) {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"partial").unwrap();
+            if *name != live {
+                let file = std::fs::File::options().write(true).open(&path).unwrap();
+                file.set_modified(long_ago).unwrap();
+            }
         }
         assert!(is_checkpoint_temporary(&interrupted));
         prune(dir.path(), 2, 10).unwrap();
         assert!(!dir.path().join(&interrupted).exists());
+        assert!(dir.path().join(&live).exists());
         for name in &kept {
             assert!(dir.path().join(name).exists(), "{name}");
         }

@@ -77,8 +77,9 @@ impl DataParallel {
     /// before stderr says which local ranks are in it and which have not arrived (and, when it
     /// completes, after how long); `None` says nothing. Default [`Self::DEFAULT_STALL_WARNING`]
     /// (10 minutes). Nothing is aborted: a replica that is slow, not hung (kernels compiled in
-    /// its first steps, a long validation), goes on. Across nodes, only the replicas of this
-    /// node meet in kiln's group; waits on other nodes are burn-collective's and not watched.
+    /// its first steps, a long validation), goes on. A run on one node only: across nodes every
+    /// replica calls burn-collective directly, and those calls are not watched. `Some(ZERO)`
+    /// reports every call.
     pub fn with_stall_warning(mut self, after: Option<Duration>) -> Self {
         self.stall_warning = after;
         self
