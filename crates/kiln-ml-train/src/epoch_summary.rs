@@ -12,7 +12,8 @@ pub struct EpochSummary {
     pub steps: u64,
     /// Samples this rank trained on, as the data reported them.
     pub samples: u64,
-    /// Wall time from opening the epoch's data to its end (before the callback).
+    /// Wall time from opening the epoch's data to its end (before the callback), the work its
+    /// steps left queued on the device included.
     pub elapsed: Duration,
     /// Of that, the time spent waiting for the next batch.
     pub data_wait: Duration,

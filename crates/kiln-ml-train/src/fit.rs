@@ -125,6 +125,12 @@ where
             }
             self.close_epoch();
             summary.steps = self.counters.optimizer_steps - steps_before;
+            // The steps still queued on the device are this epoch's time, not the validation's
+            // or the next epoch's: one wait per epoch, so the time compares with a loop that
+            // syncs at its end.
+            if summary.steps > 0 {
+                crate::observers::sync::<B>(&self.device, "the device sync at an epoch's end")?;
+            }
             summary.elapsed = started.elapsed();
             // After the callback, so what it draws from the host RNG is in the checkpoint.
             on_epoch_end(self, &summary)?;
