@@ -84,7 +84,9 @@ impl Plan {
     /// Builds a plan from one rank's emission order, deriving the block schedule from the layout.
     ///
     /// `batch_size` is the per-rank batch size the order was sharded with (any value `>= 1` for a
-    /// single rank). Fails if a sample id is not in the layout.
+    /// single rank). Fails if a sample id is not in the layout, or the layout's blocks do not
+    /// tile their ids ([`validate_layout`](crate::validate_layout): a sample in a gap would be
+    /// read from the next block).
     pub fn new(
         epoch: u64,
         shard: Shard,
@@ -95,6 +97,7 @@ impl Plan {
         if batch_size == 0 {
             return Err(Error::ZeroBatchSize);
         }
+        crate::validate_layout(layout)?;
         let schedule = schedule_of(&order, layout.blocks())?;
         Ok(Self {
             epoch,
@@ -518,6 +521,30 @@ mod tests {
             error.to_string().contains("plan position 1 names sample 9"),
             "{error}"
         );
+    }
+
+    /// A layout of your own whose blocks leave a gap in the ids: a sample in the gap would be
+    /// scheduled in the next block, and read as another sample's row.
+    #[test]
+    fn layouts_that_do_not_tile_their_ids_are_refused() {
+        struct Gapped(Vec<Block>);
+        impl BlockLayout for Gapped {
+            fn blocks(&self) -> &[Block] {
+                &self.0
+            }
+            fn fingerprint(&self) -> crate::Fingerprint {
+                crate::Fingerprint::of_bytes(b"gapped")
+            }
+        }
+        let block = |first_sample, rows| Block {
+            file: 0,
+            index_in_file: 0,
+            first_sample,
+            rows,
+        };
+        let gapped = Gapped(vec![block(0, 4), block(6, 2)]);
+        let error = Plan::new(0, Shard::SINGLE, 1, vec![4, 5], &gapped).unwrap_err();
+        assert!(error.to_string().contains("starts at sample 6"), "{error}");
     }
 
     #[test]

@@ -27,7 +27,10 @@ pub type SequentialSampler = Sharded<SequentialOrder>;
 
 impl SequentialSampler {
     /// A sequential sampler sharding by `sharding`; [`Default`] uses [`Sharding::default`]
-    /// (batch size 1, drop the remainder).
+    /// (batch size 1, drop the remainder). On `W` ranks that drops the same last `N mod W`
+    /// samples in every epoch: to evaluate on every sample, use
+    /// [`RemainderPolicy::Uneven`](crate::RemainderPolicy::Uneven), whose ranks may run one
+    /// batch fewer (so no collective call per batch).
     pub fn new(sharding: Sharding) -> Self {
         Sharded::wrap(SequentialOrder, sharding)
     }

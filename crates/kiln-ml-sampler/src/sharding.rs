@@ -22,7 +22,9 @@ use crate::rng::{PlanRng, Purpose};
 #[serde(rename_all = "snake_case")]
 pub enum RemainderPolicy {
     /// Drop the tail of the epoch's global order so every rank gets the same number of full
-    /// batches. The dropped samples change every epoch because the order does.
+    /// batches. The dropped samples change every epoch where the order does (a shuffle); an
+    /// order that is the same every epoch ([`SequentialOrder`](crate::SequentialOrder)) drops
+    /// the same samples every epoch.
     #[default]
     Drop,
     /// Append `pad = ⌈N / G⌉ × G − N` repeated samples so every rank gets the same number of

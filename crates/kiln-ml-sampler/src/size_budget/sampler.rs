@@ -17,7 +17,7 @@ use crate::sharding::RemainderPolicy;
 /// the epoch, the layout, the sizes and the settings alone.
 ///
 /// The [`RemainderPolicy`] applies to the last run when it holds fewer than `world` batches:
-/// `Drop` drops it, `Pad` repeats the epoch's last batches (the last first) to fill it,
+/// `Drop` drops it, `Pad` repeats the last full run's batches (the last first) to fill it,
 /// `Uneven` leaves some ranks one batch short.
 ///
 /// [`BlockShuffleConfig::length_aware`](crate::BlockShuffleConfig::length_aware) builds the
@@ -134,6 +134,13 @@ impl<O: GlobalOrder> Sampler for SizeBudgetSampler<O> {
             .u64(self.budget.window as u64)
             .str(self.remainder.stream_tag())
             .fingerprint(self.sizes_fingerprint);
+        // Pads from the last full run since this tag (from the epoch's last batches before):
+        // a resume across the change is refused, not served another padding.
+        let builder = if self.remainder == RemainderPolicy::Pad {
+            builder.str("pad from the last full run")
+        } else {
+            builder
+        };
         Some(
             builder
                 .optional_fingerprint(self.order.settings_fingerprint())

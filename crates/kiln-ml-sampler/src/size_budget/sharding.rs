@@ -7,7 +7,8 @@ use crate::sharding::RemainderPolicy;
 
 /// The plan of the requested rank: its batches, where they end, and the global samples consumed
 /// at the end of each run. A last run of fewer than `world` batches is dropped, padded with the
-/// epoch's last batches again (last first), or left short, by `remainder`.
+/// last full run's batches again (last first; the epoch's last batches when there is no full
+/// run), or left short, by `remainder`.
 pub(crate) fn shard_batches(
     batches: BudgetBatches,
     remainder: RemainderPolicy,
@@ -34,8 +35,13 @@ pub(crate) fn shard_batches(
             let index = run * world + member;
             let batch = match remainder {
                 _ if index < count => index,
-                // The epoch's last batches again, last first: their blocks are the ones its
-                // end reads anyway.
+                // The last full run's batches again, last first: their blocks are the ones the
+                // epoch's end reads anyway, and none is in the short run beside them (a batch
+                // twice in one step would weigh double in its gradient).
+                RemainderPolicy::Pad if count >= world => {
+                    count - count % world - 1 - (index - count) % world
+                }
+                // Fewer batches than ranks: repeats in the one step cannot be helped.
                 RemainderPolicy::Pad => count - 1 - (index - count) % count,
                 _ => continue,
             };
@@ -103,9 +109,30 @@ mod tests {
 
     #[test]
     fn the_last_run_is_dropped_padded_or_left_short() {
+        // Rank 1's last batch is batch 3 again (the last full run's last), not batch 4, which
+        // rank 0 trains in the same step.
         assert_eq!(
             plan(RemainderPolicy::Pad, 1).order(),
-            &[1, 2, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+            &[1, 2, 6, 7, 8, 9, 6, 7, 8, 9]
+        );
+        // Four ranks, one batch in the last run: the other three are the full run's, distinct.
+        let request = PlanRequest::new(0, 0);
+        let last_run: Vec<Vec<u64>> = (0..4)
+            .map(|rank| {
+                let request = request.with_shard(Shard::new(rank, 4).unwrap());
+                let plan =
+                    shard_batches(batches(), RemainderPolicy::Pad, &layout(), &request).unwrap();
+                plan.order()[plan.batch_range(1).start as usize..].to_vec()
+            })
+            .collect();
+        assert_eq!(
+            last_run,
+            [
+                vec![10, 11, 12, 13, 14],
+                vec![6, 7, 8, 9],
+                vec![3, 4, 5],
+                vec![1, 2]
+            ]
         );
         assert_eq!(plan(RemainderPolicy::Uneven, 0).batch_count(), 3);
         assert_eq!(plan(RemainderPolicy::Uneven, 1).batch_count(), 2);
