@@ -13,14 +13,21 @@ find_nvrtc() {
 }
 
 # Makes DIR kiln's cache folder (KILN_CACHE_DIR), filled from CACHE if given: an earlier run's
-# cache.tar.xz, or a folder (warm kernels and tuning results).
+# cache.tar.xz, or a folder (warm kernels and tuning results). A CACHE that is missing or does
+# not unpack is an error (exit status 1, and why on stderr): a run told it starts warm that
+# starts cold would skip its cold step and time a cold one as warm.
 use_kernel_cache() {
   local dir=$1 cache=${2:-}
   export KILN_CACHE_DIR=$dir
   mkdir -p "$dir"
-  if [ -n "$cache" ] && [ -f "$cache" ]; then
-    tar -C "$dir" -xJf "$cache"
-  elif [ -n "$cache" ] && [ -d "$cache" ]; then
-    cp -r "$cache"/. "$dir"/
+  if [ -z "$cache" ]; then
+    return 0
+  elif [ -f "$cache" ]; then
+    tar -C "$dir" -xJf "$cache" || { echo "error: the kernel cache $cache does not unpack" >&2; return 1; }
+  elif [ -d "$cache" ]; then
+    cp -r "$cache"/. "$dir"/ || { echo "error: the kernel cache $cache does not copy" >&2; return 1; }
+  else
+    echo "error: the kernel cache $cache is neither a file nor a folder" >&2
+    return 1
   fi
 }

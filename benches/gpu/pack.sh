@@ -23,32 +23,52 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 PACK_DIR=${PACK_DIR:-.gpu/bin}
-LIMIT_MB=${LIMIT_MB:-60}
+# A run carries the working tree too (its tracked and untracked files): the pack gets what the
+# 64 MiB leave, less 1 MiB for the files a session adds.
+tree_kb=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+LIMIT_MB=${LIMIT_MB:-$(((64 * 1024 - tree_kb - 1024) / 1024))}
 export CUDARC_CUDA_VERSION=${CUDARC_CUDA_VERSION:-13000}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/kiln-target}
 read -r -a EXAMPLES <<<"${EXAMPLES:-quickstart doctor metrics_throughput diagnose find_batch_size sum_repeatability}"
 AUTOTUNE=${AUTOTUNE:-0}
 
-# What the binaries are built from: the tree of every path a packed binary compiles, as
-# committed, and whether any of those paths has uncommitted changes.
+# What the binaries are built from: the content of every path a packed binary compiles, as it
+# is in the working tree (committed or not; ignored files left out, as git leaves them), hashed
+# through a scratch index, so a commit of what was packed does not make the pack stale.
 SOURCES=(Cargo.toml Cargo.lock src crates examples)
 sources_id() {
-  local dirty=""
-  [ -z "$(git status --porcelain -- "${SOURCES[@]}")" ] || dirty="+uncommitted"
-  echo "$(git rev-parse "${SOURCES[@]/#/HEAD:}" | sha1sum | cut -c1-16)$dirty"
+  local index tree
+  index=$(mktemp)
+  GIT_INDEX_FILE=$index git read-tree HEAD
+  GIT_INDEX_FILE=$index git add -A -- "${SOURCES[@]}"
+  tree=$(GIT_INDEX_FILE=$index git write-tree)
+  rm -f "$index"
+  git rev-parse "${SOURCES[@]/#/$tree:}" | sha1sum | cut -c1-16
 }
+# Everything run.sh runs: a pack made with fewer EXAMPLES is partial, and --check says so.
+REQUIRED=(quickstart doctor metrics_throughput diagnose find_batch_size sum_repeatability trainer)
 if [ "${1:-}" = --check ]; then
   recorded() { sed -n "s/^$1=//p" "$PACK_DIR/BUILT" 2>/dev/null || true; }
   built=$(recorded sources)
   now=$(sources_id)
-  if [ -z "$built" ] || [ "$built" != "$now" ] || [[ "$now" == *+uncommitted ]]; then
+  if [ -z "$built" ] || [ "$built" != "$now" ]; then
     echo "$PACK_DIR is stale or missing (built from ${built:-nothing}, sources now $now): run $0" >&2
     exit 1
   fi
-  # Every binary the record names is there (BUILT is written only after the size check).
+  if [ "$(recorded CUDARC_CUDA_VERSION)" != "$CUDARC_CUDA_VERSION" ]; then
+    echo "$PACK_DIR was built for CUDA $(recorded CUDARC_CUDA_VERSION), not $CUDARC_CUDA_VERSION: run $0" >&2
+    exit 1
+  fi
+  # Every binary the record names is there and whole (BUILT is written after the size check).
   for binary in $(recorded binaries); do
-    [ -s "$PACK_DIR/$binary.xz" ] || { echo "$PACK_DIR lacks $binary.xz: run $0" >&2; exit 1; }
+    xz -t "$PACK_DIR/$binary.xz" 2>/dev/null || { echo "$PACK_DIR lacks a whole $binary.xz: run $0" >&2; exit 1; }
   done
+  missing=()
+  for binary in "${REQUIRED[@]}"; do
+    [ -s "$PACK_DIR/$binary.xz" ] || missing+=("$binary")
+  done
+  [ ${#missing[@]} -eq 0 ] || echo "note: a partial pack, without ${missing[*]} (run.sh skips their steps)" >&2
+  ls "$PACK_DIR"/*.deb >/dev/null 2>&1 || echo "note: no .deb files (the Vulkan steps need a loader on the GPU machine)" >&2
   echo "$PACK_DIR is current: $(tr '\n' ' ' <"$PACK_DIR/BUILT")"
   exit 0
 fi
@@ -75,13 +95,18 @@ PY
   rm -f "$1.list"
 }
 
-mkdir -p "$PACK_DIR"
-rm -f "$PACK_DIR"/*.xz "$PACK_DIR/BUILT"
+# Built into a scratch folder and swapped in at the end: a failed or interrupted build leaves
+# the old pack as it was (with its record, which says what it was built from).
+FINAL_DIR=$PACK_DIR
+mkdir -p "$(dirname "$FINAL_DIR")"
+PACK_DIR=$(mktemp -d "${FINAL_DIR%/}.building.XXXXXX")
+trap 'rm -rf "$PACK_DIR"' EXIT
+cp "$FINAL_DIR"/*.deb "$PACK_DIR"/ 2>/dev/null || true
 # What the build starts from: a change made while it runs makes the record say so.
 commit=$(git rev-parse --short=12 HEAD)
 sources=$(sources_id)
 messages=$(mktemp)
-trap 'rm -f "$messages"' EXIT
+trap 'rm -f "$messages"; rm -rf "$PACK_DIR"' EXIT
 echo "== building (CUDARC_CUDA_VERSION=$CUDARC_CUDA_VERSION) into $CARGO_TARGET_DIR"
 if [ "$AUTOTUNE" = 1 ]; then
   # First, so that the default build below is the one left in target/release/examples.
@@ -120,6 +145,9 @@ fi
 features=cuda,wgpu
 [ "$AUTOTUNE" = 1 ] && features="$features (+autotune: quickstart_autotune)"
 binaries=$(cd "$PACK_DIR" && ls -- *.xz | sed 's/\.xz$//' | tr '\n' ' ')
-printf 'commit=%s\nsources=%s\nfeatures=%s\nbinaries=%s\nCUDARC_CUDA_VERSION=%s\npacked=%s\n' \
-  "$commit" "$sources" "$features" "$binaries" "$CUDARC_CUDA_VERSION" \
+printf 'commit=%s\nsources=%s\nfeatures=%s\nbinaries=%s\nCUDARC_CUDA_VERSION=%s\nrustc=%s\npacked=%s\n' \
+  "$commit" "$sources" "$features" "$binaries" "$CUDARC_CUDA_VERSION" "$(rustc -V)" \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$PACK_DIR/BUILT"
+rm -rf "$FINAL_DIR"
+mv "$PACK_DIR" "$FINAL_DIR"
+echo "== packed into $FINAL_DIR"

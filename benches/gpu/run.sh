@@ -36,7 +36,15 @@
 # pack.sh's record of what they were built from), DIR/logs.tar.xz (every step's output and
 # watch log, the JSON of each) and DIR/cache.tar.xz (the kernel cache, to carry into the next
 # run). gpu.json and DIR/logs.partial.tar.gz are written after every step too, so a call cut
-# off before the end still returns what ran; keep --budget some 60 s under the call's limit.
+# off before the end still returns what ran; keep --budget some 60 s under the call's limit
+# (under the `timeout_s` the call really gets, which is less where little device time is left).
+#
+# Reading the figures: kiln's `seconds` count from before its device opens (the CUDA context,
+# kernel and data caches, loader, model), PyTorch's from after CUDA's start, data reading and
+# model creation, so their ratio is conservative for kiln; `*_step_ms` are after the first
+# epoch on both sides, and since 2026-11-29 kiln's epoch time includes the steps its run-ahead
+# bound left queued (one sync at the epoch's end, as the plain loop and PyTorch do). The cold
+# first step is timed while the CUDA tests run beside it: an upper bound.
 set -uo pipefail
 # A step cut off at its deadline still leaves the Python peer's lines in its log.
 export PYTHONUNBUFFERED=1
@@ -64,8 +72,15 @@ OUT=$(realpath "$OUT")
 # Absolute: some steps run from other folders (the tests' cubecl.toml), and write gpu.json there.
 BIN=$(realpath "$BIN")
 WORK=$(mktemp -d)
-# Binaries, data and caches: removed however the script ends (the results are in $OUT).
-trap 'rm -rf "$WORK"' EXIT
+# Binaries, data and caches: removed however the script ends (the results are in $OUT). A step
+# runs in a session of its own (setsid), which a signal to this script does not reach: it is
+# killed here, so a call cut off leaves nothing running on the GPU for the next one.
+CURRENT_STEP=""
+end_step() { [ -z "$CURRENT_STEP" ] || kill -KILL -- "-$CURRENT_STEP" 2>/dev/null; }
+trap 'end_step; rm -rf "$WORK"' EXIT
+trap 'exit 143' TERM INT
+# Fast compression for what comes back: the last seconds of the budget are the tars'.
+export XZ_OPT=${XZ_OPT:--3 -T0}
 LOGS="$WORK/logs"
 mkdir -p "$LOGS" "$WORK/bin"
 START=$SECONDS
@@ -111,7 +126,13 @@ if [ "$DRY" = 0 ]; then
   { ldconfig -p | grep -E 'libvulkan|libGLX|libGLdispatch'; echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-}";
     cat "${VK_DRIVER_FILES:-/dev/null}"; } >"$LOGS/vulkan.txt" 2>&1
 fi
-use_kernel_cache "$WORK/kiln-cache" "$CACHE"
+if ! use_kernel_cache "$WORK/kiln-cache" "$CACHE"; then
+  # Cold then, and said so: the cold step runs, and no warm figure is a cold one.
+  echo "warning: --cache $CACHE unusable: the run starts cold" | tee -a "$LOGS/cache.txt" >&2
+  CACHE=""
+  rm -rf "$WORK/kiln-cache"
+  use_kernel_cache "$WORK/kiln-cache" ""
+fi
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$WORK}
 
 if [ "$DRY" = 1 ]; then
@@ -397,6 +418,7 @@ step() {
   # Its own process group, so the watcher sees every process of the step and a timeout ends all.
   setsid timeout -k 5 "$deadline" "$@" >"$LOGS/$name.log" 2>&1 &
   local pid=$!
+  CURRENT_STEP=$pid
   watch_process "$pid" "$LOGS/$name.watch" &
   local watcher=$!
   # Every line the step's kernel log gains, with the time it appeared: CubeCL writes a kernel's
@@ -409,6 +431,7 @@ step() {
   local timeline=$!
   wait "$pid"
   local status=$? ended=$EPOCHREALTIME
+  CURRENT_STEP=""
   kill "$watcher" 2>/dev/null
   wait "$watcher" 2>/dev/null
   wait "$timeline" 2>/dev/null
@@ -600,7 +623,16 @@ kiln_on_cuda find_batch_size 90 "$B/find_batch_size" --device "$GPU" --json "$J/
 summarize
 # What comes back: the logs and the kernel cache, compressed.
 cp "$KILN_CACHE_DIR/cubecl/kernels.log" "$LOGS/" 2>/dev/null
-tar -C "$WORK" -cJf "$OUT/logs.tar.xz" logs && rm -f "$OUT/logs.partial.tar.gz"
-tar -C "$KILN_CACHE_DIR" -cJf "$OUT/cache.tar.xz" . 2>/dev/null
+# Bounded, as every step is: the partial logs stay where the whole ones do not come out, or
+# would be too large to come back (16 MiB).
+if timeout 30 tar -C "$WORK" -cJf "$OUT/logs.tar.xz" logs &&
+  [ "$(stat -c %s "$OUT/logs.tar.xz")" -lt $((16 * 1024 * 1024)) ]; then
+  rm -f "$OUT/logs.partial.tar.gz"
+else
+  rm -f "$OUT/logs.tar.xz"
+fi
+timeout 30 tar -C "$KILN_CACHE_DIR" -cJf "$OUT/cache.tar.xz" . 2>/dev/null || rm -f "$OUT/cache.tar.xz"
+[ ! -f "$OUT/cache.tar.xz" ] || [ "$(stat -c %s "$OUT/cache.tar.xz")" -lt $((16 * 1024 * 1024)) ] ||
+  echo "warning: cache.tar.xz is over 16 MiB and will not come back" >&2
 echo "== done in $((SECONDS - START)) s: $OUT/gpu.json, logs.tar.xz, cache.tar.xz"
 column -t -s $'\t' "$LOGS/steps.tsv" 2>/dev/null || cat "$LOGS/steps.tsv"

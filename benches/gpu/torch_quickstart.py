@@ -21,6 +21,9 @@ under DIR/train and DIR/valid and mirrors examples/quickstart:
   every epoch: modes ranked by probability (stable), the min-FDE mode gives minFDE *and* minADE,
   a miss when that FDE > 2.0 m (kiln-ml-metrics' `MetricsConfig::argoverse2()`).
 
+Not mirrored: the order. kiln trains in its file-aware block shuffle, PyTorch in DataLoader's
+uniform shuffle, so a small minADE difference may come from the order as well as the numerics.
+
 Variants: `dataloader` (a Dataset over the preprocessed samples, DataLoader with shuffle,
 drop_last, --workers persistent workers, pinned memory on cuda) and `resident` (every tensor on
 the device once, a permutation per epoch, batches sliced on the device). PyTorch's defaults
@@ -326,7 +329,12 @@ def main():
             "epochs_run": epochs_run,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        # Strict JSON: a figure that is not a number (no step ran) is null, not NaN.
+        figures = {
+            key: None if isinstance(value, float) and not math.isfinite(value) else value
+            for key, value in figures.items()
+        }
+        args.json.write_text(json.dumps(figures, indent=2, allow_nan=False) + "\n")
         print(f"json      {args.json}")
 
 
