@@ -1,15 +1,16 @@
-//! Data parallelism on Burn's collective: N replicas at batch b follow one device at batch N·b.
+//! Data parallelism: N replicas at batch b follow one device at batch N·b.
 //!
 //! Plans one block-shuffled epoch over a synthetic dataset of many files with kiln-ml-sampler, then
 //! trains the same seeded model twice for the same optimizer steps:
 //!
 //! 1. on one device, with global batches of N·b samples;
 //! 2. on N devices (`--devices N`), one replica per device, each fed its rank's shard of the
-//!    same plan (b samples of each global batch), gradients summed across replicas by
-//!    burn-collective and normalized by all replicas' micro-batches.
+//!    same plan (b samples of each global batch), gradients summed across replicas by kiln's
+//!    in-process all-reduce (burn-collective across nodes) and normalized by all replicas'
+//!    micro-batches.
 //!
 //! and reports the largest parameter difference (floating-point noise: the targets are 1e-5 in
-//! f32, 1e-3 in f16-mixed, 1e-2 in bf16-mixed, about each compute type's machine epsilon), whether the replicas agree bit for bit, and the
+//! f32 (1e-3 on CUDA, whose f32 products round to TF32), 1e-3 in f16-mixed, 1e-2 in bf16-mixed, about each compute type's machine epsilon), whether the replicas agree bit for bit, and the
 //! seconds per optimizer step of each run. Replica 1 starts from other weights than replica 0:
 //! joining the run gives every replica rank 0's.
 //!

@@ -103,7 +103,9 @@ struct Args {
     /// `--row-group`, `--seed`, recorded in DIR/dataset.json) and are refused otherwise.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Write a checkpoint after every epoch here, and resume from the newest one found.
+    /// Write a checkpoint after every epoch here, and resume from the newest one found. Without
+    /// `--dir`, the dataset and cache are kept in DIR/data, so that the next run resumes on the
+    /// same files (a dataset written again elsewhere is other data, which a resume refuses).
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
     /// Steps measured by the closing cached-batch test (input- or compute-bound?); 0 skips it.
@@ -772,10 +774,12 @@ fn main() -> anyhow::Result<()> {
     );
 
     let temporary = tempfile::tempdir()?;
-    let root = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| temporary.path().to_path_buf());
+    let root = match (&args.dir, &args.checkpoint_dir) {
+        (Some(dir), _) => dir.clone(),
+        // A checkpoint resumes on the data it was trained on: kept beside it.
+        (None, Some(checkpoints)) => checkpoints.join("data"),
+        (None, None) => temporary.path().to_path_buf(),
+    };
     let (train_dir, valid_dir) = prepare_data(&args, &root)?;
     let started = Instant::now();
     // Made on this thread, which trains: CubeCL keeps a memory pool per thread's stream.

@@ -65,8 +65,9 @@ struct Args {
     /// Events per batch of the fixed-count plans (at least 2, at most --events).
     #[arg(long, default_value_t = 64, value_parser = at_least_one::<u64>)]
     batch_size: u64,
-    /// Padded elements (`rows × longest` pulses) per length-aware batch at most (default: about
-    /// a fixed-count batch's real pulses, so the plans make about as many batches).
+    /// Padded elements (`rows × longest` pulses) per length-aware batch at most (default 16,384:
+    /// about a 64-event batch's real pulses at the default median, so the plans make about as
+    /// many batches).
     #[arg(long, default_value_t = 16_384, value_parser = at_least_one::<u64>)]
     budget: u64,
     /// Loader worker threads (default: the loader's, the available parallelism up to 8).

@@ -25,6 +25,7 @@ use crate::{Error, Result};
 
 /// Which number of a [`MetricReport`] a [`BurnTrajectoryMetric`] shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReportedValue {
     /// ADE of the top-ranked hypothesis.
     Ade,

@@ -162,8 +162,9 @@ impl UnitErrors {
                             // Checked before any agent is measured.
                             continue;
                         };
-                        let speed = f64::from(velocity[agent * 2])
-                            .hypot(f64::from(velocity[agent * 2 + 1]));
+                        // A float hypot, as Waymo's `std::hypot` of its float velocity: an f64
+                        // one differs in the last bits, enough to flip a miss at the box's edge.
+                        let speed = f64::from(velocity[agent * 2].hypot(velocity[agent * 2 + 1]));
                         let scale = speed_scaling.scale(speed);
                         // In f64, as Waymo (float prediction minus double track): an f32
                         // difference rounds near the box's edge.

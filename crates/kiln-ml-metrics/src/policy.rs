@@ -136,7 +136,8 @@ pub enum FinalStep {
     /// The last valid step within the horizon (QCNet); an agent with no valid step is skipped.
     LastValid,
     /// The horizon's last step only; an agent whose ground truth is invalid there has no FDE,
-    /// minFDE or miss value, though it may still have an ADE (Waymo).
+    /// minFDE or miss value, though it may still have an ADE (Waymo). Under
+    /// [`MissRule::MaxDistance`] a miss needs only a valid step, so such an agent still has one.
     AtHorizon,
 }
 

@@ -130,13 +130,16 @@ impl<B: Backend> Metric<TensorTrajectoryBatch<B>> for DeviceTrajectoryMetrics<B>
     type Error = Error;
 
     fn update(&mut self, batch: &TensorTrajectoryBatch<B>) -> Result<()> {
+        // Counted first: a batch refused at launch is one of the batches seen, so later
+        // batches keep the index the caller counts.
+        let index = self.batches;
+        self.batches += 1;
         let launched = launch(self.metrics.config(), batch)?;
         self.in_flight.push(InFlight {
-            index: self.batches,
+            index,
             batch: batch.clone(),
             launched,
         });
-        self.batches += 1;
         if self.in_flight.len() >= self.max_in_flight {
             self.flush()?;
         }
@@ -160,14 +163,17 @@ impl<B: Backend> Metric<TensorTrajectoryBatch<B>> for DeviceTrajectoryMetrics<B>
     }
 
     fn flush(&mut self) -> Result<()> {
-        let queued = std::mem::take(&mut self.in_flight);
-        if queued.is_empty() {
+        if self.in_flight.is_empty() {
             return Ok(());
         }
+        // Read from copies of the handles: a read-back the device fails keeps every queued
+        // batch, to be read again, rather than lose them.
+        let read = Self::read(self.metrics.config(), self.queued_copy())?;
+        self.in_flight.clear();
         // Every valid batch is added; an invalid one is left out, as a failed `update` of the
         // plain metric adds nothing, and the first is the error.
         let mut first_error = None;
-        for sums in Self::read(self.metrics.config(), queued)? {
+        for sums in read {
             match sums {
                 Ok(sums) => self.metrics.absorb(&sums),
                 Err(error) => {
@@ -180,22 +186,24 @@ impl<B: Backend> Metric<TensorTrajectoryBatch<B>> for DeviceTrajectoryMetrics<B>
 }
 
 impl<B: Backend> DeviceTrajectoryMetrics<B> {
+    /// The queued batches again, as handles to the same tensors (no copy on the device).
+    fn queued_copy(&self) -> Vec<InFlight<B>> {
+        (self.in_flight.iter())
+            .map(|item| InFlight {
+                index: item.index,
+                batch: item.batch.clone(),
+                launched: item.launched.clone(),
+            })
+            .collect()
+    }
+
     /// The metrics with what is in flight added, read back without changing `self`.
     fn compute_metrics(&self) -> TrajectoryMetrics {
         let mut metrics = self.metrics.clone();
         if self.in_flight.is_empty() {
             return metrics;
         }
-        let queued = self
-            .in_flight
-            .iter()
-            .map(|item| InFlight {
-                index: item.index,
-                batch: item.batch.clone(),
-                launched: item.launched.clone(),
-            })
-            .collect();
-        let read = Self::read(self.metrics.config(), queued)
+        let read = Self::read(self.metrics.config(), self.queued_copy())
             .and_then(|sums| sums.into_iter().collect::<Result<Vec<_>>>());
         match read {
             Ok(sums) => sums.iter().for_each(|batch| metrics.absorb(batch)),

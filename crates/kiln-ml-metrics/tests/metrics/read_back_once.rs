@@ -96,3 +96,35 @@ fn an_invalid_batch_is_named_with_its_index_at_the_read_back() {
     // The valid batch of that read-back was added, the invalid one not.
     assert_eq!(device.compute(), twice_clean.compute());
 }
+
+/// A batch refused when it is queued (its shape) still counts as a batch of the pass: a later
+/// invalid batch is named by the index the caller counts.
+#[test]
+fn a_batch_refused_when_queued_keeps_the_later_indices() {
+    let mut config = MetricsConfig::argoverse2();
+    // Predictions of 5 agents each: a batch of 10 agents is two, one of 5 is one.
+    config.agents_per_prediction = 5;
+    let five = batch(0.2);
+    let mut broken = batch(0.3);
+    broken.predictions[((3 + 2) * 6 + 4) * 2] = f32::NAN;
+    let four_agents = Case::from_points(
+        &(0..4)
+            .map(|_| vec![(0..6).map(|t| [t as f32, 0.0]).collect::<Vec<_>>()])
+            .collect::<Vec<_>>(),
+        &(0..4)
+            .map(|_| (0..6).map(|t| [t as f32, 0.0]).collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+    );
+    let mut device = DeviceTrajectoryMetrics::new(config).unwrap();
+    device.update(&five.tensor_batch().unwrap()).unwrap();
+    let refused = device.update(&four_agents.tensor_batch().unwrap());
+    assert!(
+        matches!(refused, Err(Error::AgentsNotGroupable { .. })),
+        "{refused:?}"
+    );
+    device.update(&broken.tensor_batch().unwrap()).unwrap();
+    let Error::InBatch { batch, .. } = device.flush().unwrap_err() else {
+        panic!("not named with its batch");
+    };
+    assert_eq!(batch, 2, "the third batch the caller passed");
+}

@@ -5,8 +5,9 @@ use super::recommendation::{BatchAdvice, Recommendation};
 use super::target::{Target, gpu_name};
 
 const MIB: u64 = 1 << 20;
-/// What to run, in every piece of advice.
-const FINDER: &str = "run the find_batch_size example";
+/// What to run, in every piece of advice: the finder on the user's own model (the
+/// find_batch_size example shows it on a small MLP of its own).
+const FINDER: &str = "search your model with kiln_ml_profile::BatchSizeFinder";
 
 /// On a CUDA GPU: 90% of its memory; on the CPU: half the available RAM; on a Vulkan GPU the
 /// budget is left to the user (wgpu does not report the memory).
@@ -20,7 +21,7 @@ pub(super) fn batch(target: Target<'_>, ram: &RamSummary) -> Recommendation<Batc
                 value: BatchAdvice {
                     starting_batch_size: 32,
                     budget_mib: Some(budget),
-                    advice: format!("{FINDER} with --budget-mb {budget}, starting from 32"),
+                    advice: format!("{FINDER}: .budget_bytes({budget} << 20).start(32)"),
                 },
                 why: "half of the available RAM, leaving room for the loader's prefetch; on \
                       the CPU running out of memory aborts the process, so the finder must \
@@ -37,7 +38,7 @@ pub(super) fn batch(target: Target<'_>, ram: &RamSummary) -> Recommendation<Batc
                 value: BatchAdvice {
                     starting_batch_size: start,
                     budget_mib: Some(budget),
-                    advice: format!("{FINDER} with --budget-mb {budget}, starting from {start}"),
+                    advice: format!("{FINDER}: .budget_bytes({budget} << 20).start({start})"),
                 },
                 why: format!(
                     "{} has {total_mib} MiB; the budget leaves 10% to the CUDA context and \
@@ -50,9 +51,7 @@ pub(super) fn batch(target: Target<'_>, ram: &RamSummary) -> Recommendation<Batc
             value: BatchAdvice {
                 starting_batch_size: 32,
                 budget_mib: None,
-                advice: format!(
-                    "{FINDER} with --budget-mb set to 90% of the GPU's memory, starting from 32"
-                ),
+                advice: format!("{FINDER}: .budget_bytes(90% of the GPU's memory).start(32)"),
             },
             why: "the GPU's memory is unknown here (wgpu does not report it), so the budget \
                   is yours to give"
