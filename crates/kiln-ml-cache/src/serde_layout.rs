@@ -163,52 +163,47 @@ mod tests {
         }
     }
 
-    mod enums_before {
-        #[derive(serde::Deserialize)]
-        pub enum Kind {
-            Car,
-            Pedestrian { height: f32 },
-            Cyclist(u8),
-        }
-
-        #[derive(serde::Deserialize)]
-        pub struct Sample {
-            pub kind: Kind,
-            pub maybe: Option<Kind>,
-            pub history: Vec<Kind>,
-            pub a: u32,
-        }
+    /// `enum Kind` whose last variant holds a `$cyclist`.
+    macro_rules! kind {
+        ($cyclist:ty) => {
+            #[derive(serde::Deserialize)]
+            pub enum Kind {
+                Car,
+                Pedestrian { height: f32 },
+                Cyclist($cyclist),
+            }
+        };
     }
 
+    /// `struct Sample` with a `Kind` reached directly, through an `Option` and through a `Vec`,
+    /// and a field `a` of type `$a`.
+    macro_rules! sample {
+        ($a:ty) => {
+            #[derive(serde::Deserialize)]
+            pub struct Sample {
+                pub kind: Kind,
+                pub maybe: Option<Kind>,
+                pub history: Vec<Kind>,
+                pub a: $a,
+            }
+        };
+    }
+
+    mod enums_before {
+        kind!(u8);
+        sample!(u32);
+    }
+
+    /// `enums_before::Sample` with `a` retyped.
     mod field_retyped {
         pub use super::enums_before::Kind;
-
-        /// `enums_before::Sample` with `a` retyped.
-        #[derive(serde::Deserialize)]
-        pub struct Sample {
-            pub kind: Kind,
-            pub maybe: Option<Kind>,
-            pub history: Vec<Kind>,
-            pub a: f32,
-        }
+        sample!(f32);
     }
 
+    /// `enums_before::Kind` with its last variant's field retyped.
     mod variant_retyped {
-        /// `enums_before::Kind` with its last variant's field retyped.
-        #[derive(serde::Deserialize)]
-        pub enum Kind {
-            Car,
-            Pedestrian { height: f32 },
-            Cyclist(u16),
-        }
-
-        #[derive(serde::Deserialize)]
-        pub struct Sample {
-            pub kind: Kind,
-            pub maybe: Option<Kind>,
-            pub history: Vec<Kind>,
-            pub a: u32,
-        }
+        kind!(u16);
+        sample!(u32);
     }
 
     mod nested_in_a_later_variant {

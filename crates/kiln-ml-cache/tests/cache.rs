@@ -218,19 +218,25 @@ fn warm_builds_everything_once_in_parallel() {
     assert_eq!(calls.load(Ordering::Relaxed), 150);
 }
 
+/// The size of each block's segment, built without writing it.
+fn segment_sizes(
+    cached: &Cached<MemorySource<u64>, impl kiln_ml_core::Transform<u64, Output = Vec<f32>>>,
+) -> Vec<u64> {
+    (0..cached.num_blocks() as u32)
+        .map(|block| {
+            let samples = cached.compute_block(block).unwrap();
+            cached.encode_block(block, &samples).unwrap().len() as u64
+        })
+        .collect()
+}
+
 /// Under a size limit, warming fills the cache up to it and leaves the other blocks out: it
 /// does not build them only to evict what it built before.
 #[test]
 fn warm_stops_at_the_size_limit_without_evicting_what_it_built() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let probe = cached_in(&dir, 1, &calls);
-    let sizes: Vec<u64> = (0..probe.num_blocks() as u32)
-        .map(|block| {
-            let samples = probe.compute_block(block).unwrap();
-            probe.encode_block(block, &samples).unwrap().len() as u64
-        })
-        .collect();
+    let sizes = segment_sizes(&cached_in(&dir, 1, &calls));
     let limit = sizes.iter().sum::<u64>() - 1;
     let limited = || {
         Cached::new(
@@ -277,13 +283,7 @@ fn warm_stops_at_the_size_limit_without_evicting_what_it_built() {
 fn reads_under_a_limit_keep_what_the_cache_holds() {
     let dir = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicU64::new(0));
-    let probe = cached_in(&dir, 1, &calls);
-    let sizes: Vec<u64> = (0..probe.num_blocks() as u32)
-        .map(|block| {
-            let samples = probe.compute_block(block).unwrap();
-            probe.encode_block(block, &samples).unwrap().len() as u64
-        })
-        .collect();
+    let sizes = segment_sizes(&cached_in(&dir, 1, &calls));
     let limit = sizes.iter().sum::<u64>() - 1;
     let cached = Cached::new(
         source(),
