@@ -127,7 +127,7 @@ mod tests {
         // Only flex built in: training runs on the CPU whatever the machine has.
         assert_eq!(advice.precision.value, "f32");
         assert!(advice.loader_workers.value <= 8);
-        assert!(advice.batch.value.advice.contains("find_batch_size"));
+        assert!(advice.batch.value.advice.contains("BatchSizeFinder"));
     }
 
     #[test]

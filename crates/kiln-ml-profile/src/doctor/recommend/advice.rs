@@ -48,7 +48,11 @@ mod tests {
         assert_eq!(advice.preset.value, "balanced");
         assert_eq!(advice.batch.value.starting_batch_size, 256);
         assert_eq!(advice.batch.value.budget_mib, Some(80 * 1024 * 9 / 10));
-        assert!(advice.batch.value.advice.contains("--budget-mb 73728"));
+        assert!(
+            (advice.batch.value.advice).contains(".budget_bytes(73728 << 20).start(256)"),
+            "{}",
+            advice.batch.value.advice
+        );
         assert_eq!(advice.loader_workers.value, 8);
     }
 
